@@ -1,0 +1,103 @@
+"""The chat WebSocket: translates frames into turns and turns into frames.
+
+Channels dispatches one frame at a time, so each turn runs in its own task;
+otherwise a `stop` frame would wait for the answer it is meant to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from chat import provider, services
+from chat.turns import run_turn
+
+logger = logging.getLogger("kookee.consumers")
+
+# How long stop/disconnect wait for a cancelled turn to save and bill.
+CANCEL_WAIT_SECONDS = 10
+CLOSE_NO_SESSION = 4401
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    conversation_id: int | None = None
+    turn_task: asyncio.Task | None = None
+
+    async def connect(self) -> None:
+        conversation = await database_sync_to_async(services.conversation_for_session)(self.scope["session"])
+        if conversation is None:
+            # No session cookie from GET /: refuse, as for a foreign origin.
+            await self.close(code=CLOSE_NO_SESSION)
+            return
+        self.conversation_id = conversation.id
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        await self._cancel_turn()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        frame, problem = _parse(text_data, bytes_data)
+        if problem:
+            await self._error(*problem)
+        elif frame["type"] == "stop":
+            await self._cancel_turn()
+        elif self._turn_running():
+            await self._error("busy", "A turn is already running; stop it or wait for it to end.")
+        else:
+            await self._start_turn(frame["text"])
+
+    async def _start_turn(self, text: str) -> None:
+        turn_id, messages = await database_sync_to_async(services.start_turn)(
+            self.conversation_id, text, provider.model_name()
+        )
+        await self.send_json({"type": "turn.started", "turn_id": turn_id})
+        self.turn_task = asyncio.create_task(run_turn(turn_id, messages, self.send_json))
+        # Let the task enter its try/finally before any stop can cancel it: a
+        # task cancelled before its first step never runs its finally.
+        await asyncio.sleep(0)
+
+    async def _cancel_turn(self) -> None:
+        task = self.turn_task
+        if task is None or task.done():
+            return
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
+        if not done:
+            logger.error("turn task did not end within %ss of its cancellation", CANCEL_WAIT_SECONDS)
+
+    def _turn_running(self) -> bool:
+        return self.turn_task is not None and not self.turn_task.done()
+
+    async def send_json(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(frame))
+
+    async def _error(self, code: str, message: str) -> None:
+        await self.send_json({"type": "error", "code": code, "message": message})
+
+
+def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    """Validates a client frame; returns it, or an error code and message."""
+    if text_data is None:
+        return {}, ("bad_frame", "Frames must be JSON text, not binary.")
+    try:
+        frame = json.loads(text_data)
+    except ValueError:
+        return {}, ("bad_json", "The frame is not valid JSON.")
+    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+        return {}, ("bad_frame", 'A frame is a JSON object with a "type".')
+    if frame["type"] == "stop":
+        return frame, None
+    if frame["type"] != "message":
+        return {}, ("unknown_type", f"Unknown frame type {frame['type'][:40]!r}.")
+    text = frame.get("text")
+    if not isinstance(text, str) or not text.strip():
+        return {}, ("bad_text", '"text" must be a non-empty string.')
+    if len(text) > settings.KOOKEE_MAX_MESSAGE_CHARS:
+        return {}, ("too_long", f"Messages are limited to {settings.KOOKEE_MAX_MESSAGE_CHARS} characters.")
+    return frame, None

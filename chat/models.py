@@ -1,0 +1,99 @@
+import uuid
+
+from django.db import models
+from django.urls import reverse
+
+
+class HelpArticle(models.Model):
+    title = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=200, unique=True)
+    body = models.TextField(help_text="Markdown.")
+    published = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["title"]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def get_absolute_url(self) -> str:
+        return reverse("help-article", args=[self.slug])
+
+
+class Conversation(models.Model):
+    # The public id is what leaves the server; the integer pk never does.
+    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    session_key = models.CharField(max_length=40, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self) -> str:
+        return f"Conversation {self.public_id}"
+
+
+class Turn(models.Model):
+    class Status(models.TextChoices):
+        STREAMING = "streaming"
+        COMPLETED = "completed"
+        INTERRUPTED = "interrupted"
+        TRUNCATED = "truncated"
+        FAILED = "failed"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
+    status = models.CharField(max_length=12, choices=Status, default=Status.STREAMING)
+    interrupted = models.BooleanField(default=False)
+    user_text = models.TextField()
+    # Exactly what the visitor was sent, whatever the ending.
+    assistant_text = models.TextField(blank=True)
+    error = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=100)
+    started_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]
+
+    def __str__(self) -> str:
+        return f"Turn {self.pk} ({self.status})"
+
+
+class Generation(models.Model):
+    """One model call."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="generations")
+    round = models.PositiveSmallIntegerField(help_text="1-based.")
+    # Empty when the stream ended without one (stopped, cut, failed).
+    finish_reason = models.CharField(max_length=32, blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    usage_estimated = models.BooleanField(default=False)
+    started_at = models.DateTimeField()
+    first_delta_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["turn_id", "round"]
+        constraints = [models.UniqueConstraint(fields=["turn", "round"], name="one_generation_per_round")]
+
+    def __str__(self) -> str:
+        return f"Turn {self.turn_id} round {self.round}"
+
+
+class ToolCall(models.Model):
+    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="tool_calls")
+    call_id = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=200)
+    arguments = models.TextField(blank=True, help_text="As the model sent them.")
+    result = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["generation_id", "id"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,131 @@
+// The chat page: one WebSocket, frames as in docs/contract.md.
+// Model text is only ever set with textContent: nothing it writes is markup.
+(() => {
+  "use strict";
+  const log = document.getElementById("log");
+  const form = document.getElementById("composer");
+  const input = document.getElementById("text");
+  const button = document.getElementById("send");
+  const connection = document.getElementById("connection");
+  const TOOL_LABELS = { search_help_center: "Searching the help center…" };
+  const ENDINGS = {
+    interrupted: "Stopped",
+    truncated: "Cut off: the answer reached its length limit",
+    failed: "Something went wrong; please try again",
+  };
+
+  let socket = null;
+  let current = null; // the answer being streamed: {turnId, bubble, text, tool}
+
+  function addMessage(role, text) {
+    const item = document.createElement("li");
+    item.className = `message message--${role}`;
+    const body = document.createElement("div");
+    body.className = "message__text";
+    body.textContent = text;
+    item.append(body);
+    log.append(item);
+    item.scrollIntoView({ block: "end" });
+    return item;
+  }
+
+  function markEnding(item, status) {
+    item.dataset.status = status;
+    if (!ENDINGS[status]) return;
+    const note = document.createElement("p");
+    note.className = "message__note";
+    note.textContent = ENDINGS[status];
+    item.append(note);
+  }
+
+  function setStreaming(streaming) {
+    button.textContent = streaming ? "Stop" : "Send";
+    button.dataset.action = streaming ? "stop" : "send";
+    button.disabled = !socket || socket.readyState !== WebSocket.OPEN;
+  }
+
+  function showTool(frame) {
+    if (!current) return;
+    if (!current.tool) {
+      current.tool = document.createElement("p");
+      current.tool.className = "message__tool";
+      current.bubble.prepend(current.tool);
+    }
+    current.tool.hidden = frame.status !== "started";
+    current.tool.textContent = TOOL_LABELS[frame.name] || "Working…";
+  }
+
+  const handlers = {
+    "turn.started": (frame) => {
+      current = { turnId: frame.turn_id, bubble: addMessage("assistant", ""), text: "", tool: null };
+      current.bubble.setAttribute("aria-busy", "true");
+      setStreaming(true);
+    },
+    delta: (frame) => {
+      if (!current || frame.turn_id !== current.turnId) return;
+      current.text += frame.text;
+      current.bubble.querySelector(".message__text").textContent = current.text;
+      if (current.tool) current.tool.hidden = true;
+      current.bubble.scrollIntoView({ block: "end" });
+    },
+    tool: showTool,
+    "turn.ended": (frame) => {
+      if (!current || frame.turn_id !== current.turnId) return;
+      current.bubble.removeAttribute("aria-busy");
+      if (current.tool) current.tool.hidden = true;
+      markEnding(current.bubble, frame.status);
+      current = null;
+      setStreaming(false);
+      input.focus();
+    },
+    error: (frame) => {
+      connection.textContent = frame.message;
+    },
+  };
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    socket = new WebSocket(`${scheme}://${location.host}/ws/chat/`);
+    socket.addEventListener("open", () => {
+      connection.textContent = "Connected";
+      setStreaming(false);
+    });
+    socket.addEventListener("message", (event) => {
+      const frame = JSON.parse(event.data);
+      (handlers[frame.type] || (() => {}))(frame);
+    });
+    socket.addEventListener("close", () => {
+      connection.textContent = "Disconnected. Reload the page to reconnect.";
+      if (current) markEnding(current.bubble, "interrupted");
+      current = null;
+      setStreaming(false);
+      button.disabled = true;
+    });
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (button.dataset.action === "stop") {
+      socket.send(JSON.stringify({ type: "stop" }));
+      return;
+    }
+    const text = input.value.trim();
+    if (!text) return;
+    addMessage("user", text);
+    socket.send(JSON.stringify({ type: "message", text }));
+    input.value = "";
+  });
+
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+
+  for (const turn of JSON.parse(document.getElementById("history").textContent)) {
+    addMessage("user", turn.user_text);
+    markEnding(addMessage("assistant", turn.assistant_text), turn.status);
+  }
+  connect();
+})();
