@@ -1,0 +1,98 @@
+"""A test client for /ws/chat/: the real ASGI application (origin check,
+sessions, consumer) through Channels' WebsocketCommunicator, plus the
+contract's invariants checked against the database."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.sessions.backends.db import SessionStore
+
+from billing.models import LedgerEntry
+from chat.models import Turn
+from kookee.asgi import application
+
+ORIGIN = b"http://localhost:8000"
+
+
+@database_sync_to_async
+def new_session_key() -> str:
+    session = SessionStore()
+    session.create()
+    return session.session_key
+
+
+class ChatClient:
+    def __init__(self, communicator: WebsocketCommunicator) -> None:
+        self.communicator = communicator
+        self.frames: list[dict[str, Any]] = []
+
+    @classmethod
+    async def connect(cls, session_key: str | None = None, origin: bytes = ORIGIN) -> ChatClient:
+        key = session_key or await new_session_key()
+        headers = [(b"origin", origin), (b"cookie", f"sessionid={key}".encode())]
+        client = cls(WebsocketCommunicator(application, "/ws/chat/", headers=headers))
+        client.connected, client.close_code = await client.communicator.connect()
+        return client
+
+    async def send(self, frame: dict[str, Any] | str) -> None:
+        await self.communicator.send_to(text_data=frame if isinstance(frame, str) else json.dumps(frame))
+
+    async def receive(self, timeout: float = 10) -> dict[str, Any]:
+        frame = json.loads(await self.communicator.receive_from(timeout=timeout))
+        self.frames.append(frame)
+        return frame
+
+    async def receive_until(self, frame_type: str, timeout: float = 10, **fields: Any) -> dict[str, Any]:
+        while True:
+            frame = await self.receive(timeout)
+            if frame["type"] == frame_type and all(frame.get(k) == v for k, v in fields.items()):
+                return frame
+
+    async def ask(self, text: str) -> int:
+        await self.send({"type": "message", "text": text})
+        return (await self.receive_until("turn.started"))["turn_id"]
+
+    async def finish(self, turn_id: int, timeout: float = 10) -> dict[str, Any]:
+        """Reads to the turn's end, asserts silence after it, checks invariants."""
+        ended = await self.receive_until("turn.ended", timeout, turn_id=turn_id)
+        assert await self.communicator.receive_nothing(timeout=0.2)
+        await check_turn(self.frames, turn_id)
+        return ended
+
+    def text_of(self, turn_id: int) -> str:
+        return "".join(f["text"] for f in self.frames if f["type"] == "delta" and f["turn_id"] == turn_id)
+
+    async def close(self) -> None:
+        await self.communicator.disconnect()
+
+
+@database_sync_to_async
+def check_turn(frames: list[dict[str, Any]], turn_id: int) -> Turn:
+    """The contract's invariants for one turn, whatever its ending."""
+    mine = [f for f in frames if f.get("turn_id") == turn_id]
+    assert [f["type"] for f in mine].count("turn.started") == 1
+    ended = [f for f in mine if f["type"] == "turn.ended"]
+    assert len(ended) == 1, "exactly one turn.ended"
+    assert mine[-1]["type"] == "turn.ended", "no frame of the turn after turn.ended"
+    ended = ended[0]
+    turn = Turn.objects.get(pk=turn_id)
+    deltas = "".join(f["text"] for f in mine if f["type"] == "delta")
+    assert turn.assistant_text == deltas, "stored text equals the deltas sent"
+    assert turn.status == ended["status"]
+    assert turn.interrupted == (ended["status"] == "interrupted")
+    assert ended["generations"] == turn.generations.count()
+    entries = list(LedgerEntry.objects.filter(turn=turn))
+    assert len(entries) == 1, "exactly one ledger entry"
+    entry = entries[0]
+    assert ended["usage"] == {
+        "input_tokens": entry.input_tokens,
+        "output_tokens": entry.output_tokens,
+        "estimated": entry.estimated,
+    }
+    rounds = list(turn.generations.values_list("round", flat=True))
+    assert rounds == list(range(1, len(rounds) + 1))
+    return turn

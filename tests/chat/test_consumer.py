@@ -1,0 +1,359 @@
+"""The WebSocket consumer end to end: real ASGI stack, real database, the real
+openai client talking to a scripted provider over loopback HTTP."""
+
+import asyncio
+
+import pytest
+from channels.db import database_sync_to_async
+
+from billing.models import LedgerEntry
+from chat import services, turns
+from chat.models import Generation, HelpArticle, ToolCall, Turn
+from chat.rounds import Tool
+from tests.chat.chat_client import ChatClient, check_turn
+from tests.provider import HTTPError, WaitFor, answer, finish, text, tool_round, usage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+async def articles(db):
+    await database_sync_to_async(HelpArticle.objects.create)(
+        title="Installing the widget",
+        slug="install-widget",
+        body="Paste the widget script tag into your site's HTML, before the closing body tag.",
+    )
+
+
+@pytest.fixture
+async def chat(use_provider):
+    client = await ChatClient.connect()
+    assert client.connected
+    yield client
+    await client.close()
+
+
+def turn_count():
+    return database_sync_to_async(Turn.objects.count)()
+
+
+async def wait_for_delta(chat, turn_id):
+    return await chat.receive_until("delta", turn_id=turn_id)
+
+
+async def hung_up(request):
+    async with asyncio.timeout(2):
+        await request.hung_up.wait()
+    return request.hung_up_early
+
+
+# --- turns that finish ---------------------------------------------------------------------
+
+
+async def test_a_greeting_is_one_generation(chat, use_provider):
+    use_provider.queue(answer("Hi! How can I help?", 200, 7))
+    turn_id = await chat.ask("hi")
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "completed"
+    assert ended["generations"] == 1
+    assert ended["usage"] == {"input_tokens": 200, "output_tokens": 7, "estimated": False}
+    assert chat.text_of(turn_id) == "Hi! How can I help?"
+    assert len(use_provider.requests) == 1
+
+
+async def test_a_help_question_is_two_generations(chat, use_provider, articles):
+    use_provider.queue(
+        tool_round([("call_1", "search_help_center", {"query": "install widget"})], "Let me look.", 300, 12),
+        answer("Paste the script tag before </body>.", 500, 20),
+    )
+    turn_id = await chat.ask("How do I install the widget?")
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "completed"
+    assert ended["generations"] == 2
+    assert ended["usage"] == {"input_tokens": 800, "output_tokens": 32, "estimated": False}
+    assert chat.text_of(turn_id) == "Let me look.\n\nPaste the script tag before </body>."
+    tools = [(f["name"], f["status"]) for f in chat.frames if f["type"] == "tool"]
+    assert tools == [("search_help_center", "started"), ("search_help_center", "finished")]
+    call = await database_sync_to_async(ToolCall.objects.get)()
+    assert call.call_id == "call_1"
+    assert "install-widget" in call.result
+    generations = await database_sync_to_async(list)(Generation.objects.filter(turn_id=turn_id))
+    assert [(g.round, g.finish_reason) for g in generations] == [(1, "tool_calls"), (2, "stop")]
+    assert all(g.first_delta_at and g.ended_at >= g.started_at for g in generations)
+
+
+async def test_history_is_sent_to_the_model(chat, use_provider):
+    use_provider.queue(answer("Hello!"), answer("You said hi."))
+    await chat.finish(await chat.ask("hi"))
+    await chat.finish(await chat.ask("what did I say?"))
+    messages = use_provider.requests[1].body["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert [m["content"] for m in messages[1:]] == ["hi", "Hello!", "what did I say?"]
+
+
+async def test_truncated_answer(chat, use_provider):
+    use_provider.queue([text("A very long answer that"), finish("length"), usage(10, 4)])
+    turn_id = await chat.ask("explain everything")
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "truncated"
+
+
+async def test_provider_error_mid_stream(chat, use_provider):
+    use_provider.queue([text("Partial answer"), {"error": {"message": "upstream overloaded"}}])
+    turn_id = await chat.ask("hi")
+    error = await chat.receive_until("error")
+    assert error["code"] == "provider_error"
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "failed"
+    assert ended["usage"]["estimated"] is True
+    assert chat.text_of(turn_id) == "Partial answer"
+
+
+async def test_provider_http_error_then_the_socket_still_works(chat, use_provider):
+    use_provider.queue([HTTPError(503, {"error": {"message": "unavailable"}})], answer("Back."))
+    first = await chat.ask("hi")
+    assert (await chat.finish(first))["status"] == "failed"
+    second = await chat.ask("hi again")
+    assert (await chat.finish(second))["status"] == "completed"
+
+
+async def test_a_stream_without_finish_reason_fails(chat, use_provider):
+    use_provider.queue([text("Half")])
+    turn_id = await chat.ask("hi")
+    assert (await chat.finish(turn_id))["status"] == "failed"
+
+
+async def test_round_limit(chat, use_provider, settings):
+    settings.KOOKEE_MAX_ROUNDS = 2
+    use_provider.queue(
+        tool_round([("c1", "search_help_center", {"query": "a"})]),
+        tool_round([("c2", "search_help_center", {"query": "b"})]),
+    )
+    turn_id = await chat.ask("loop forever")
+    ended = await chat.finish(turn_id)
+    assert (ended["status"], ended["generations"]) == ("failed", 2)
+
+
+async def test_a_server_fault_fails_the_turn_and_bills_it(chat, use_provider, monkeypatch):
+    async def broken(**kwargs):
+        raise AssertionError("a bug in our code")
+
+    monkeypatch.setattr(turns.provider, "open_stream", broken)
+    turn_id = await chat.ask("hi")
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "failed"
+
+
+# --- Stop at every stage -------------------------------------------------------------------
+
+
+async def test_stop_before_the_request_reaches_the_provider(chat, use_provider):
+    use_provider.queue(answer("Never seen."))
+    await chat.send({"type": "message", "text": "hi"})
+    await chat.send({"type": "stop"})
+    started = await chat.receive_until("turn.started")
+    ended = await chat.finish(started["turn_id"])
+    assert ended["status"] == "interrupted"
+    assert chat.text_of(started["turn_id"]) == ""
+
+
+async def test_stop_before_the_first_token(chat, use_provider):
+    use_provider.queue([WaitFor(asyncio.Event()), text("Never seen."), finish("stop")])
+    turn_id = await chat.ask("hi")
+    request = await use_provider.wait_for_request(1)
+    await chat.send({"type": "stop"})
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "interrupted"
+    assert ended["generations"] == 1
+    assert ended["usage"]["estimated"] is True
+    assert ended["usage"]["input_tokens"] > 0
+    assert await hung_up(request)
+
+
+async def test_stop_mid_text(chat, use_provider):
+    use_provider.queue([text("The first half"), text(" of it"), WaitFor(asyncio.Event()), text(" never")])
+    turn_id = await chat.ask("tell me")
+    request = await use_provider.wait_for_request(1)
+    await wait_for_delta(chat, turn_id)
+    await wait_for_delta(chat, turn_id)
+    await chat.send({"type": "stop"})
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "interrupted"
+    assert chat.text_of(turn_id) == "The first half of it"
+    assert ended["usage"] == {
+        "input_tokens": ended["usage"]["input_tokens"],
+        "output_tokens": 5,
+        "estimated": True,
+    }
+    assert await hung_up(request)
+
+
+async def test_stop_while_a_tool_runs(chat, use_provider, monkeypatch):
+    tool_running = asyncio.Event()
+
+    async def slow_search(query):
+        tool_running.set()
+        await asyncio.Event().wait()
+
+    tool = Tool("search_help_center", "Search.", {"type": "object"}, slow_search)
+    monkeypatch.setattr(turns, "TOOLS", [tool])
+    use_provider.queue(tool_round([("c1", "search_help_center", {"query": "sso"})], "Checking."), answer("x"))
+    turn_id = await chat.ask("sso?")
+    await chat.receive_until("tool", status="started")
+    async with asyncio.timeout(5):
+        await tool_running.wait()
+    await chat.send({"type": "stop"})
+    ended = await chat.finish(turn_id)
+    assert (ended["status"], ended["generations"]) == ("interrupted", 1)
+    assert ended["usage"]["estimated"] is False  # round 1 finished and reported usage
+    assert chat.text_of(turn_id) == "Checking."
+    call = await database_sync_to_async(ToolCall.objects.get)()
+    assert call.error == "cancelled"
+    assert len(use_provider.requests) == 1
+
+
+async def test_stop_in_the_second_round(chat, use_provider, articles):
+    use_provider.queue(
+        tool_round([("c1", "search_help_center", {"query": "widget"})], "Let me look.", 100, 10),
+        [text("Paste the"), text(" script"), WaitFor(asyncio.Event()), text(" never"), finish("stop")],
+    )
+    turn_id = await chat.ask("widget?")
+    second = await use_provider.wait_for_request(2)
+    while chat.text_of(turn_id) != "Let me look.\n\nPaste the script":
+        await wait_for_delta(chat, turn_id)
+    await chat.send({"type": "stop"})
+    ended = await chat.finish(turn_id)
+    assert (ended["status"], ended["generations"]) == ("interrupted", 2)
+    assert ended["usage"]["estimated"] is True
+    assert ended["usage"]["input_tokens"] > 100  # round 1 reported + round 2 estimated
+    assert await hung_up(second)
+    assert not use_provider.requests[0].hung_up_early
+
+
+async def test_stop_when_idle_is_ignored(chat):
+    await chat.send({"type": "stop"})
+    assert await chat.communicator.receive_nothing(timeout=0.3)
+    assert await turn_count() == 0
+
+
+async def test_disconnect_mid_stream_saves_and_bills(use_provider):
+    client = await ChatClient.connect()
+    use_provider.queue([text("Streaming to"), text(" nobody"), WaitFor(asyncio.Event()), finish("stop")])
+    turn_id = await client.ask("hi")
+    request = await use_provider.wait_for_request(1)
+    while client.text_of(turn_id) != "Streaming to nobody":
+        await client.receive_until("delta", turn_id=turn_id)
+    await client.close()
+    assert await hung_up(request)
+
+    @database_sync_to_async
+    def stored():
+        turn = Turn.objects.get(pk=turn_id)
+        return (
+            turn.status,
+            turn.interrupted,
+            turn.assistant_text,
+            LedgerEntry.objects.filter(turn=turn).count(),
+        )
+
+    status, interrupted, stored_text, entries = await stored()
+    assert (status, interrupted, entries) == ("interrupted", True, 1)
+    assert stored_text == "Streaming to nobody"
+
+
+async def test_a_second_cancel_during_the_final_write_loses_nothing(chat, use_provider, monkeypatch):
+    writing = asyncio.Event()
+    real_finish = services.finish_turn
+
+    def slow_finish(*args, **kwargs):
+        asyncio.run_coroutine_threadsafe(_set(writing), loop)
+        import time
+
+        time.sleep(0.3)  # a slow database, so the second cancel lands mid-write
+        return real_finish(*args, **kwargs)
+
+    async def _set(event):
+        event.set()
+
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(services, "finish_turn", slow_finish)
+    use_provider.queue([text("Hello"), WaitFor(asyncio.Event())])
+    turn_id = await chat.ask("hi")
+    await wait_for_delta(chat, turn_id)
+    task = chat_task(chat)
+    task.cancel()
+    async with asyncio.timeout(5):
+        await writing.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await chat.receive_until("turn.ended", turn_id=turn_id)
+    turn = await check_turn(chat.frames, turn_id)
+    assert turn.status == "interrupted"
+
+
+def chat_task(chat):
+    """The running turn's task, found among the loop's tasks."""
+    tasks = [t for t in asyncio.all_tasks() if t.get_coro().__name__ == "run_turn"]
+    assert len(tasks) == 1
+    return tasks[0]
+
+
+# --- frames the server cannot take ----------------------------------------------------------
+
+
+async def test_busy_while_a_turn_runs(chat, use_provider):
+    use_provider.queue([text("Working"), WaitFor(release := asyncio.Event()), finish("stop"), usage(1, 1)])
+    turn_id = await chat.ask("first")
+    await wait_for_delta(chat, turn_id)
+    await chat.send({"type": "message", "text": "second"})
+    error = await chat.receive_until("error")
+    assert error["code"] == "busy"
+    release.set()
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "completed"
+    assert await turn_count() == 1
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("not json", "bad_json"),
+        ("[1, 2]", "bad_frame"),
+        ('{"text": "no type"}', "bad_frame"),
+        ('{"type": 7}', "bad_frame"),
+        ('{"type": "shout", "text": "hi"}', "unknown_type"),
+        ('{"type": "message"}', "bad_text"),
+        ('{"type": "message", "text": 42}', "bad_text"),
+        ('{"type": "message", "text": "   "}', "bad_text"),
+        ('{"type": "message", "text": "' + "x" * 5000 + '"}', "too_long"),
+    ],
+)
+async def test_malformed_frames_get_an_error_and_change_nothing(chat, use_provider, frame, code):
+    await chat.send(frame)
+    error = await chat.receive()
+    assert (error["type"], error["code"]) == ("error", code)
+    assert error["message"]
+    assert await turn_count() == 0
+    use_provider.queue(answer("Still here."))
+    assert (await chat.finish(await chat.ask("hi")))["status"] == "completed"
+
+
+async def test_binary_frames_get_an_error(chat):
+    await chat.communicator.send_to(bytes_data=b"\x00\x01")
+    error = await chat.receive()
+    assert error["code"] == "bad_frame"
+    assert await turn_count() == 0
+
+
+# --- the handshake -----------------------------------------------------------------------
+
+
+async def test_refused_without_a_session(db):
+    client = await ChatClient.connect(session_key="no-such-session")
+    assert not client.connected
+
+
+async def test_refused_from_a_foreign_origin(db):
+    client = await ChatClient.connect(origin=b"https://evil.example")
+    assert not client.connected

@@ -1,0 +1,589 @@
+"""The round loop over scripted SSE streams, read by the real openai client.
+
+Each test serves one provider's stream shape and checks what the visitor
+would see, what would be recorded, and what went back to the model.
+"""
+
+import asyncio
+import json
+
+import pytest
+
+from chat.rounds import Round, RoundLoop, Tool
+from tests.provider import (
+    CHUNK_BASE,
+    DONE,
+    WaitFor,
+    _usage,
+    answer,
+    chunk,
+    finish,
+    text,
+    tool_fragment,
+    tool_round,
+    usage,
+)
+
+
+class Sink:
+    def __init__(self):
+        self.deltas = []
+        self.tools = []
+        self.rounds = []
+
+    async def delta(self, text):
+        self.deltas.append(text)
+
+    async def tool(self, name, status):
+        self.tools.append((name, status))
+
+    async def round_ended(self, rnd: Round):
+        self.rounds.append(rnd)
+
+    @property
+    def text(self):
+        return "".join(self.deltas)
+
+
+class Search:
+    """A tool that records its calls."""
+
+    def __init__(self, fail=False):
+        self.queries = []
+        self.fail = fail
+
+    async def __call__(self, query):
+        self.queries.append(query)
+        if self.fail:
+            raise RuntimeError("search index unavailable")
+        return {"articles": [{"id": 1, "title": f"About {query}", "url": "/help/x/", "snippet": "..."}]}
+
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "question"}]
+
+
+async def run(open_stream, search=None, max_rounds=5):
+    search = search or Search()
+    tool = Tool("search_help_center", "Search.", {"type": "object", "properties": {}}, search)
+    sink = Sink()
+    loop = RoundLoop(open_stream, [tool], sink, max_rounds)
+    outcome = await loop.run(MESSAGES)
+    assert sink.text == loop.text
+    return outcome, loop, sink, search
+
+
+def tool_messages(request_body):
+    return [m for m in request_body["messages"] if m["role"] == "tool"]
+
+
+# --- plain answers and usage --------------------------------------------------------------
+
+
+async def test_plain_answer_is_one_generation(provider, open_stream):
+    provider.queue(answer("Hello there, how can I help?", 120, 9))
+    outcome, loop, sink, _ = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.text == "Hello there, how can I help?"
+    assert len(sink.deltas) > 1  # streamed, not delivered whole
+    assert len(provider.requests) == 1
+    body = provider.requests[0].body
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["tools"][0]["function"]["name"] == "search_help_center"
+    [rnd] = loop.rounds
+    assert (rnd.finish_reason, rnd.usage.input_tokens, rnd.usage.output_tokens) == ("stop", 120, 9)
+    assert rnd.usage.estimated is False
+    assert rnd.first_delta_at is not None
+
+
+async def test_usage_on_a_chunk_that_still_has_choices(provider, open_stream):
+    provider.queue([text("Hi"), finish("stop", usage=_usage(30, 2)), DONE])
+    outcome, loop, _, _ = await run(open_stream)
+    assert outcome.status == "completed"
+    assert (loop.rounds[0].usage.input_tokens, loop.rounds[0].usage.output_tokens) == (30, 2)
+    assert loop.rounds[0].usage.estimated is False
+
+
+async def test_usage_on_every_chunk_keeps_the_last_never_sums(provider, open_stream):
+    provider.queue(
+        [
+            text("One", usage=_usage(50, 1)),
+            text(" two", usage=_usage(50, 2)),
+            text(" three", usage=_usage(50, 3)),
+            finish("stop", usage=_usage(50, 3)),
+            DONE,
+        ]
+    )
+    _, loop, sink, _ = await run(open_stream)
+    assert sink.text == "One two three"
+    assert (loop.rounds[0].usage.input_tokens, loop.rounds[0].usage.output_tokens) == (50, 3)
+
+
+async def test_null_usage_on_content_chunks_then_real_usage(provider, open_stream):
+    provider.queue([text("Hi", usage=None), finish("stop", usage=None), usage(12, 1), DONE])
+    _, loop, _, _ = await run(open_stream)
+    assert (loop.rounds[0].usage.input_tokens, loop.rounds[0].usage.output_tokens) == (12, 1)
+
+
+async def test_no_usage_at_all_is_estimated(provider, open_stream):
+    provider.queue([text("Twelve chars"), finish("stop"), DONE])
+    outcome, loop, _, _ = await run(open_stream)
+    assert outcome.status == "completed"
+    rnd = loop.rounds[0]
+    assert rnd.usage.estimated is True
+    assert rnd.usage.output_tokens == 3  # 12 characters, ~4 per token
+    assert rnd.usage.input_tokens > 0
+
+
+# --- finish_reason ------------------------------------------------------------------------
+
+
+async def test_finish_reason_on_the_last_content_chunk(provider, open_stream):
+    provider.queue([text("Done"), chunk(delta={"content": "."}, finish_reason="stop"), usage(5, 2), DONE])
+    outcome, loop, sink, _ = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.text == "Done."
+    assert loop.rounds[0].finish_reason == "stop"
+
+
+async def test_a_later_null_finish_reason_does_not_erase_it(provider, open_stream):
+    provider.queue([text("Done"), finish("stop"), chunk(delta={}, finish_reason=None), usage(5, 1), DONE])
+    outcome, loop, _, _ = await run(open_stream)
+    assert outcome.status == "completed"
+    assert loop.rounds[0].finish_reason == "stop"
+
+
+async def test_length_is_truncated(provider, open_stream):
+    provider.queue([text("The answer is long and"), finish("length"), usage(5, 6), DONE])
+    outcome, loop, sink, _ = await run(open_stream)
+    assert outcome.status == "truncated"
+    assert sink.text == "The answer is long and"
+    assert loop.rounds[0].finish_reason == "length"
+
+
+async def test_length_with_tool_calls_does_not_run_them(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(0, "call_1", "search_help_center", '{"query": "wid'),
+            finish("length"),
+            usage(5, 6),
+            DONE,
+        ]
+    )
+    outcome, _loop, sink, search = await run(open_stream)
+    assert outcome.status == "truncated"
+    assert search.queries == []
+    assert sink.tools == []
+    assert len(provider.requests) == 1
+
+
+async def test_stream_without_finish_reason_failed_and_tools_not_run(provider, open_stream):
+    provider.queue(
+        [text("Let me look"), tool_fragment(0, "call_1", "search_help_center", '{"query": "x"}'), DONE]
+    )
+    outcome, _loop, sink, search = await run(open_stream)
+    assert outcome.status == "failed"
+    assert outcome.error == "incomplete_stream"
+    assert sink.text == "Let me look"
+    assert search.queries == []
+    assert len(provider.requests) == 1
+
+
+async def test_stream_cut_without_done_or_finish_reason(provider, open_stream):
+    provider.queue([text("Half an ans")])
+    outcome, _, sink, _ = await run(open_stream)
+    assert (outcome.status, outcome.error) == ("failed", "incomplete_stream")
+    assert sink.text == "Half an ans"
+
+
+# --- odd chunks ---------------------------------------------------------------------------
+
+
+async def test_azure_prompt_filter_chunk_comments_and_missing_choices(provider, open_stream):
+    provider.queue(
+        [
+            {**CHUNK_BASE, "choices": [], "prompt_filter_results": [{"prompt_index": 0}]},
+            b": keep-alive\n\n",
+            b": OPENROUTER PROCESSING\n\n",
+            {**CHUNK_BASE, "choices": None},
+            {"id": "x", "object": "chat.completion.chunk"},
+            text("Hello"),
+            chunk(delta=None),
+            finish("stop"),
+            usage(7, 1),
+            DONE,
+        ]
+    )
+    outcome, loop, sink, _ = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.text == "Hello"
+    assert loop.rounds[0].usage.input_tokens == 7
+
+
+async def test_error_event_mid_stream_fails_and_keeps_the_text(provider, open_stream):
+    provider.queue(
+        [text("Partial"), {"error": {"message": "overloaded", "type": "server_error"}}, finish("stop")]
+    )
+    outcome, loop, sink, _ = await run(open_stream)
+    assert (outcome.status, outcome.error) == ("failed", "provider_error")
+    assert "overloaded" in outcome.detail
+    assert sink.text == "Partial"
+    assert loop.rounds[0].usage.estimated is True
+
+
+async def test_malformed_chunk_fails(provider, open_stream):
+    provider.queue([text("Partial"), b"data: {not json\n\n", finish("stop"), DONE])
+    outcome, _, sink, _ = await run(open_stream)
+    assert (outcome.status, outcome.error) == ("failed", "bad_stream")
+    assert sink.text == "Partial"
+
+
+async def test_http_error_before_the_stream_fails(provider, open_stream):
+    from tests.provider import HTTPError
+
+    provider.queue([HTTPError(500, {"error": {"message": "boom"}})])
+    outcome, loop, sink, _ = await run(open_stream)
+    assert (outcome.status, outcome.error) == ("failed", "provider_error")
+    assert sink.deltas == []
+    assert len(loop.rounds) == 1
+
+
+async def test_other_choices_are_ignored(provider, open_stream):
+    other = {"index": 1, "delta": {"content": "IGNORED"}, "finish_reason": None}
+    mine = {"index": 0, "delta": {"content": "Mine"}, "finish_reason": None}
+    provider.queue([{**CHUNK_BASE, "choices": [mine, other]}, finish("stop"), usage(1, 1), DONE])
+    _, _, sink, _ = await run(open_stream)
+    assert sink.text == "Mine"
+
+
+# --- tool calls ---------------------------------------------------------------------------
+
+
+async def test_narrate_then_call_then_answer_separated_by_one_blank_line(provider, open_stream):
+    provider.queue(
+        tool_round([("call_a", "search_help_center", {"query": "widget install"})], "Let me check."),
+        answer("Paste the script tag before </body>."),
+    )
+    outcome, loop, sink, search = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.text == "Let me check.\n\nPaste the script tag before </body>."
+    assert search.queries == ["widget install"]
+    assert sink.tools == [("search_help_center", "started"), ("search_help_center", "finished")]
+    assert len(loop.rounds) == 2
+    second = provider.requests[1].body["messages"]
+    assistant = second[-2]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"] == "Let me check."
+    assert assistant["tool_calls"][0]["id"] == "call_a"
+    assert json.loads(assistant["tool_calls"][0]["function"]["arguments"]) == {"query": "widget install"}
+    assert second[-1]["role"] == "tool"
+    assert second[-1]["tool_call_id"] == "call_a"
+    assert json.loads(second[-1]["content"])["articles"][0]["title"] == "About widget install"
+
+
+async def test_a_tool_only_round_adds_no_separator(provider, open_stream):
+    provider.queue(tool_round([("call_a", "search_help_center", {"query": "sso"})]), answer("Use SAML."))
+    _, _, sink, _ = await run(open_stream)
+    assert sink.text == "Use SAML."
+
+
+async def test_separator_is_exactly_one_blank_line_whatever_the_whitespace(provider, open_stream):
+    provider.queue(
+        [
+            text("Let me check.\n"),
+            tool_fragment(0, "c1", "search_help_center", "{}"),
+            finish("tool_calls"),
+            DONE,
+        ],
+        [text("\n"), text("  "), text("\n\nFound it."), finish("stop"), DONE],
+    )
+    _, _, sink, _ = await run(open_stream)
+    assert sink.text == "Let me check.\n\nFound it."
+
+
+async def test_whole_tool_call_in_one_chunk(provider, open_stream):
+    call = {
+        "index": 0,
+        "id": "call_whole",
+        "type": "function",
+        "function": {"name": "search_help_center", "arguments": '{"query": "refunds"}'},
+    }
+    provider.queue([chunk(delta={"tool_calls": [call]}, finish_reason="tool_calls"), DONE], answer("Yes."))
+    _, loop, _, search = await run(open_stream)
+    assert search.queries == ["refunds"]
+    assert loop.rounds[0].tool_calls[0].call_id == "call_whole"
+
+
+async def test_two_parallel_calls_interleaved(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(0, "call_a", "search_help_center", ""),
+            tool_fragment(1, "call_b", "search_help_center", ""),
+            tool_fragment(1, arguments='{"query": '),
+            tool_fragment(0, arguments='{"query": '),
+            tool_fragment(0, arguments='"refunds"}'),
+            tool_fragment(1, arguments='"export"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Both answered."),
+    )
+    _, _, sink, search = await run(open_stream)
+    assert search.queries == ["refunds", "export"]
+    ids = [m["tool_call_id"] for m in tool_messages(provider.requests[1].body)]
+    assert ids == ["call_a", "call_b"]
+    assert sink.text == "Both answered."
+
+
+async def test_fragments_without_index_fall_back_on_the_id(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(None, "call_a", "search_help_center", '{"query"'),
+            tool_fragment(None, "call_b", "search_help_center", '{"query": "b"}'),
+            tool_fragment(None, "call_a", None, ': "a"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Done."),
+    )
+    _, _, _, search = await run(open_stream)
+    assert search.queries == ["a", "b"]
+
+
+async def test_continuations_without_index_or_id_extend_the_latest_call(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(None, "call_a", "search_help_center", '{"que'),
+            tool_fragment(None, None, None, 'ry": "sso"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Done."),
+    )
+    _, _, _, search = await run(open_stream)
+    assert search.queries == ["sso"]
+
+
+async def test_indexes_that_do_not_start_at_zero(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(3, "call_a", "search_help_center", '{"query":'),
+            tool_fragment(3, arguments=' "roadmap"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Done."),
+    )
+    _, _, _, search = await run(open_stream)
+    assert search.queries == ["roadmap"]
+
+
+async def test_one_index_reused_by_calls_with_different_ids(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(0, "call_a", "search_help_center", '{"query": "first"}'),
+            tool_fragment(0, "call_b", "search_help_center", '{"query": "second"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Done."),
+    )
+    _, _, _, search = await run(open_stream)
+    assert search.queries == ["first", "second"]
+    ids = [m["tool_call_id"] for m in tool_messages(provider.requests[1].body)]
+    assert ids == ["call_a", "call_b"]
+
+
+async def test_empty_strings_on_continuations_are_absent(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(0, "call_a", "search_help_center", ""),
+            tool_fragment(0, "", "", '{"query": '),
+            tool_fragment(0, "", "", '"api keys"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Done."),
+    )
+    _, loop, _, search = await run(open_stream)
+    assert search.queries == ["api keys"]
+    call = loop.rounds[0].tool_calls[0]
+    assert (call.call_id, call.name) == ("call_a", "search_help_center")
+
+
+async def test_id_and_name_repeated_on_every_fragment_are_not_concatenated(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(0, "call_a", "search_help_center", '{"query": '),
+            tool_fragment(0, "call_a", "search_help_center", '"billing"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Done."),
+    )
+    _, loop, _, search = await run(open_stream)
+    assert search.queries == ["billing"]
+    call = loop.rounds[0].tool_calls[0]
+    assert (call.call_id, call.name) == ("call_a", "search_help_center")
+
+
+async def test_tool_calls_with_finish_reason_stop_still_run(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(0, "call_a", "search_help_center", '{"query": "sso"}'),
+            finish("stop"),
+            usage(3, 3),
+            DONE,
+        ],
+        answer("SSO is on Business."),
+    )
+    outcome, loop, _sink, search = await run(open_stream)
+    assert outcome.status == "completed"
+    assert search.queries == ["sso"]
+    assert len(loop.rounds) == 2
+
+
+async def test_arguments_sent_as_an_object(provider, open_stream):
+    call = {"index": 0, "id": "c1", "function": {"name": "search_help_center", "arguments": {"query": "vat"}}}
+    provider.queue([chunk(delta={"tool_calls": [call]}), finish("tool_calls"), DONE], answer("Done."))
+    _, _, _, search = await run(open_stream)
+    assert search.queries == ["vat"]
+
+
+async def test_missing_call_ids_get_one_so_results_match(provider, open_stream):
+    call = {"index": 0, "function": {"name": "search_help_center", "arguments": '{"query": "x"}'}}
+    provider.queue([chunk(delta={"tool_calls": [call]}), finish("tool_calls"), DONE], answer("Done."))
+    await run(open_stream)
+    messages = provider.requests[1].body["messages"]
+    assert messages[-2]["tool_calls"][0]["id"] == messages[-1]["tool_call_id"] != ""
+
+
+async def test_empty_arguments_are_an_empty_object(provider, open_stream):
+    calls = []
+
+    async def no_args():
+        calls.append(True)
+        return {"ok": True}
+
+    tool = Tool("ping", "Ping.", {"type": "object", "properties": {}}, no_args)
+    provider.queue([tool_fragment(0, "c1", "ping", ""), finish("tool_calls"), DONE], answer("Pong."))
+    loop = RoundLoop(open_stream, [tool], Sink(), 5)
+    outcome = await loop.run(MESSAGES)
+    assert outcome.status == "completed"
+    assert calls == [True]
+
+
+# --- tool errors go back to the model -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "error_part"),
+    [
+        ("delete_everything", '{"query": "x"}', "unknown tool"),
+        ("search_help_center", '{"query": "unterminated', "not valid JSON"),
+        ("search_help_center", '["a", "list"]', "JSON object"),
+        ("search_help_center", '{"wrong": "x"}', "bad arguments"),
+    ],
+)
+async def test_bad_tool_calls_become_error_results(provider, open_stream, name, arguments, error_part):
+    provider.queue(
+        [tool_fragment(0, "c1", name, arguments), finish("tool_calls"), DONE],
+        answer("Sorry, let me answer without it."),
+    )
+    outcome, loop, sink, search = await run(open_stream)
+    assert outcome.status == "completed"
+    assert search.queries == []
+    assert sink.tools == [(name, "started"), (name, "failed")]
+    [result] = tool_messages(provider.requests[1].body)
+    assert error_part in json.loads(result["content"])["error"]
+    assert error_part in loop.rounds[0].tool_calls[0].error
+    # What goes back in history must parse, or strict providers reject it.
+    json.loads(provider.requests[1].body["messages"][-2]["tool_calls"][0]["function"]["arguments"])
+
+
+async def test_a_tool_that_raises_becomes_an_error_result(provider, open_stream):
+    provider.queue(tool_round([("c1", "search_help_center", {"query": "x"})]), answer("The search is down."))
+    outcome, _, sink, _ = await run(open_stream, search=Search(fail=True))
+    assert outcome.status == "completed"
+    assert sink.tools[-1] == ("search_help_center", "failed")
+    [result] = tool_messages(provider.requests[1].body)
+    assert "search index unavailable" in json.loads(result["content"])["error"]
+
+
+# --- the round cap ------------------------------------------------------------------------
+
+
+async def test_the_last_round_is_asked_to_answer_without_tools(provider, open_stream):
+    provider.queue(
+        tool_round([("c1", "search_help_center", {"query": "a"})]),
+        answer("Here is what I found."),
+    )
+    outcome, _, _, _ = await run(open_stream, max_rounds=2)
+    assert outcome.status == "completed"
+    assert provider.requests[0].body["tool_choice"] == "auto"
+    assert provider.requests[1].body["tool_choice"] == "none"
+
+
+async def test_a_model_that_keeps_calling_tools_fails_at_the_cap(provider, open_stream):
+    provider.queue(
+        tool_round([("c1", "search_help_center", {"query": "a"})]),
+        tool_round([("c2", "search_help_center", {"query": "b"})]),
+    )
+    outcome, loop, _, search = await run(open_stream, max_rounds=2)
+    assert (outcome.status, outcome.error) == ("failed", "round_limit")
+    assert search.queries == ["a"]  # the last round's calls are not run
+    assert len(loop.rounds) == len(provider.requests) == 2
+
+
+# --- closing the provider request ---------------------------------------------------------
+
+
+async def test_cancelling_mid_stream_closes_the_provider_request(provider, open_stream):
+    release = asyncio.Event()
+    provider.queue([text("Streaming"), WaitFor(release), finish("stop"), DONE])
+    got_text = asyncio.Event()
+
+    class SignallingSink(Sink):
+        async def delta(self, text):
+            await super().delta(text)
+            got_text.set()
+
+    loop = RoundLoop(open_stream, [], SignallingSink(), 5)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    request = await provider.wait_for_request(1)
+    async with asyncio.timeout(5):
+        await got_text.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with asyncio.timeout(5):
+        await request.hung_up.wait()
+    assert request.hung_up_early
+    assert loop.text == "Streaming"
+    assert loop.rounds[0].ended_at is not None
+    assert loop.rounds[0].usage.estimated is True
+
+
+async def test_cancelling_while_the_sink_is_busy_still_closes_the_request(provider, open_stream):
+    """A cancel that lands outside the stream read (here, in the sink) must
+    close the response too: leaving `async for` alone would not."""
+    provider.queue([text("a"), text("b"), WaitFor(asyncio.Event()), finish("stop"), DONE])
+    in_sink = asyncio.Event()
+
+    class SlowSink(Sink):
+        async def delta(self, text):
+            await super().delta(text)
+            in_sink.set()
+            await asyncio.Event().wait()
+
+    loop = RoundLoop(open_stream, [], SlowSink(), 5)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    request = await provider.wait_for_request(1)
+    async with asyncio.timeout(5):
+        await in_sink.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with asyncio.timeout(5):
+        await request.hung_up.wait()
+    assert request.hung_up_early

@@ -1,0 +1,40 @@
+import openai
+import pytest
+
+from tests.provider import ScriptedProvider
+
+
+@pytest.fixture
+async def provider():
+    """A scripted OpenAI-compatible server on a loopback port."""
+    server = ScriptedProvider()
+    server.url = await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def open_stream(provider):
+    """Opens streams with the real openai client against the scripted provider."""
+    client = openai.AsyncOpenAI(api_key="test-key", base_url=provider.url, max_retries=0)
+
+    async def _open(*, messages, tools, tool_choice):
+        extra = {"tools": tools, "tool_choice": tool_choice} if tools else {}
+        return await client.chat.completions.create(
+            model="test-model",
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+            **extra,
+        )
+
+    return _open
+
+
+@pytest.fixture
+def use_provider(provider, settings):
+    """Points the app at the scripted provider instead of the offline model."""
+    settings.OPENAI_BASE_URL = provider.url
+    settings.OPENAI_API_KEY = "test-key"
+    settings.OPENAI_MODEL = "gpt-4o-mini"
+    return provider
