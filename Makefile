@@ -27,3 +27,6 @@ format: $(VENV)/installed
 
 clean:
 	rm -rf $(VENV) db.sqlite3 .pytest_cache
+
+bench: $(VENV)/installed
+	$(PY) bench/stop_latency.py

@@ -1,6 +1,14 @@
 from django.db import models
 
 
+class AppendOnlyQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise ValueError("Ledger entries are append-only.")
+
+    def delete(self):
+        raise ValueError("Ledger entries are append-only.")
+
+
 class LedgerEntry(models.Model):
     """What one turn cost. Append-only: written once, by bill_once."""
 
@@ -12,6 +20,8 @@ class LedgerEntry(models.Model):
     estimated = models.BooleanField(help_text="Part of the usage is an estimate.")
     cost = models.DecimalField(max_digits=14, decimal_places=8)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = AppendOnlyQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -6,6 +6,7 @@ Billing knows turns only by id; it never imports chat code.
 from __future__ import annotations
 
 import logging
+import re
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
@@ -16,8 +17,10 @@ logger = logging.getLogger("kookee.billing")
 
 MILLION = Decimal(1_000_000)
 
-# USD per million tokens: (input, output). The longest matching prefix of the
-# model name wins, so dated snapshots ("gpt-4o-mini-2024-07-18") match.
+# USD per million tokens: (input, output). The longest prefix of the model
+# name that ends at a word boundary wins, so dated snapshots
+# ("gpt-4o-mini-2024-07-18") match; a router's vendor part ("openai/") is
+# ignored.
 PRICES: dict[str, tuple[Decimal, Decimal]] = {
     "kookee-offline": (Decimal("0"), Decimal("0")),
     "gpt-4o-mini": (Decimal("0.15"), Decimal("0.60")),
@@ -29,7 +32,8 @@ PRICES: dict[str, tuple[Decimal, Decimal]] = {
 
 
 def price_for(model: str) -> tuple[Decimal, Decimal] | None:
-    matches = [prefix for prefix in PRICES if model.startswith(prefix)]
+    name = model.rsplit("/", 1)[-1]
+    matches = [prefix for prefix in PRICES if re.match(re.escape(prefix) + r"(?:$|[-:@])", name)]
     return PRICES[max(matches, key=len)] if matches else None
 
 
@@ -42,9 +46,7 @@ def cost_of(model: str, input_tokens: int, output_tokens: int) -> Decimal:
     return (input_tokens * price[0] + output_tokens * price[1]) / MILLION
 
 
-def bill_once(
-    turn_id: int, *, model: str, input_tokens: int, output_tokens: int, estimated: bool
-) -> LedgerEntry:
+def bill_once(turn_id: int, *, model: str, input_tokens: int, output_tokens: int, estimated: bool) -> LedgerEntry:
     """Writes the turn's ledger entry, or returns the one already written.
 
     The one-to-one column makes a second entry impossible; a concurrent

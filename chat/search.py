@@ -1,4 +1,6 @@
-"""Help-center ranking: BM25 over titles and bodies, titles weighted up.
+"""Help-center ranking: BM25 over whole articles, plus a bonus for query terms
+found in the title (a title says what an article is about; a body mentions
+many things in passing).
 
 A help center holds tens to a few hundred articles, so ranking in memory is
 fast and needs no search engine; it works the same on SQLite and PostgreSQL.
@@ -13,12 +15,13 @@ from dataclasses import dataclass
 
 STOPWORDS = frozenset(
     """a about after all also am an and any are as at be been but by can could do does
-    doing don for from get got had has have how i if in into is it its just let me my
-    need no not now of on one or our out please should so some than that the their them
+    doing don for from get got had has have how i if in into is it its just let lot lots
+    many me more most much my need no not now of on one or our out please really should so
+    some than that the their them
     then there these they this to too up us use using want was way we were what when
     where which who why will with would you your yours kookee""".split()
 )
-TITLE_WEIGHT = 3
+TITLE_BONUS = 1.5
 K1 = 1.2
 B = 0.75
 SNIPPET_CHARS = 280
@@ -50,28 +53,32 @@ def rank(query: str, documents: list[Document], limit: int = 3) -> list[Document
     wanted = set(terms(query))
     if not wanted or not documents:
         return []
-    bags = [Counter(terms(d.title) * TITLE_WEIGHT + terms(d.body)) for d in documents]
+    bags = [Counter(terms(d.title) + terms(d.body)) for d in documents]
     average_length = sum(sum(b.values()) for b in bags) / len(bags)
+    idf = {term: _idf(term, bags) for term in wanted}
     scores = []
     for document, bag in zip(documents, bags, strict=True):
-        score = _bm25(wanted, bag, bags, average_length)
+        score = _bm25(idf, bag, average_length)
+        score += TITLE_BONUS * sum(idf[t] for t in wanted & set(terms(document.title)))
         if score > 0:
             scores.append((score, document))
     scores.sort(key=lambda pair: (-pair[0], pair[1].id))
     return [document for _, document in scores[:limit]]
 
 
-def _bm25(wanted: set[str], bag: Counter, bags: list[Counter], average_length: float) -> float:
+def _idf(term: str, bags: list[Counter]) -> float:
+    containing = sum(1 for bag in bags if term in bag)
+    return math.log(1 + (len(bags) - containing + 0.5) / (containing + 0.5))
+
+
+def _bm25(idf: dict[str, float], bag: Counter, average_length: float) -> float:
     length = sum(bag.values())
     score = 0.0
-    for term in wanted:
+    for term, weight in idf.items():
         frequency = bag.get(term, 0)
-        if not frequency:
-            continue
-        containing = sum(1 for other in bags if term in other)
-        idf = math.log(1 + (len(bags) - containing + 0.5) / (containing + 0.5))
-        norm = frequency + K1 * (1 - B + B * length / average_length)
-        score += idf * frequency * (K1 + 1) / norm
+        if frequency:
+            norm = frequency + K1 * (1 - B + B * length / average_length)
+            score += weight * frequency * (K1 + 1) / norm
     return score
 
 

@@ -12,6 +12,7 @@ from django.contrib.sessions.backends.base import SessionBase
 from django.db import transaction
 from django.utils import timezone
 
+from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
 from chat.rounds import Round
@@ -31,9 +32,12 @@ The help center has these articles:
 
 
 def conversation_for_session(session: SessionBase) -> Conversation | None:
-    """The visitor's conversation, or None when the session is not a real one."""
+    """The visitor's conversation, or None when the session is not a live one."""
     key = session.session_key
-    if not key or not session.exists(key):
+    if not key:
+        return None
+    session.load()  # forgets the key of a session that is missing or expired
+    if session.session_key != key:
         return None
     conversation = Conversation.objects.filter(session_key=key).order_by("-id").first()
     return conversation or Conversation.objects.create(session_key=key)
@@ -128,8 +132,12 @@ def finish_turn(
 ) -> dict[str, Any]:
     """Closes the turn: its remaining rounds, its text, its one ledger entry.
 
-    Returns the usage the ledger recorded, for the `turn.ended` frame.
+    Returns the usage the ledger recorded, for the `turn.ended` frame. A turn
+    that has ended already is left as it is.
     """
+    turn = Turn.objects.select_for_update().get(pk=turn_id)
+    if turn.status != Turn.Status.STREAMING:
+        return _usage_of(LedgerEntry.objects.get(turn_id=turn_id))
     for rnd in rounds:
         record_generation(turn_id, rnd)
     Turn.objects.filter(pk=turn_id).update(
@@ -147,6 +155,10 @@ def finish_turn(
         output_tokens=sum(u.output_tokens for u in usages),
         estimated=any(u.estimated for u in usages),
     )
+    return _usage_of(entry)
+
+
+def _usage_of(entry: LedgerEntry) -> dict[str, Any]:
     return {
         "input_tokens": entry.input_tokens,
         "output_tokens": entry.output_tokens,

@@ -21,8 +21,7 @@ def search_help_center_sync(query: str) -> dict[str, Any]:
     found = search.rank(query, documents, limit=RESULTS)
     return {
         "articles": [
-            {"id": d.id, "title": d.title, "url": d.url, "snippet": search.snippet(query, d.body)}
-            for d in found
+            {"id": d.id, "title": d.title, "url": d.url, "snippet": search.snippet(query, d.body)} for d in found
         ]
     }
 

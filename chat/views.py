@@ -7,9 +7,11 @@ from chat.models import HelpArticle
 def index(request):
     """The chat page. Establishes the visitor's session, which the WebSocket
     handshake then needs."""
-    if request.session.session_key is None:
-        request.session.create()
     conversation = services.conversation_for_session(request.session)
+    if conversation is None:
+        # A new visitor, or a cookie for a session that expired or is gone.
+        request.session.create()
+        conversation = services.conversation_for_session(request.session)
     return render(request, "chat/index.html", {"history": services.history(conversation)})
 
 

@@ -165,9 +165,7 @@ class ScriptedProvider:
             self.requests.append(request)
             self.request_arrived.set()
             watcher = asyncio.create_task(self._watch_hangup(reader, request))
-            script = (
-                self.scripts.pop(0) if self.scripts else [HTTPError(500, {"error": {"message": "no script"}})]
-            )
+            script = self.scripts.pop(0) if self.scripts else [HTTPError(500, {"error": {"message": "no script"}})]
             await self._play(script, writer, request)
             await watcher
         except (ConnectionError, asyncio.IncompleteReadError):

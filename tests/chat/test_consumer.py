@@ -357,3 +357,35 @@ async def test_refused_without_a_session(db):
 async def test_refused_from_a_foreign_origin(db):
     client = await ChatClient.connect(origin=b"https://evil.example")
     assert not client.connected
+
+
+# --- the generation log -------------------------------------------------------------------
+
+
+async def test_one_log_line_per_model_call(chat, use_provider, caplog):
+    caplog.set_level("INFO", logger="kookee.generations")
+    use_provider.queue(
+        tool_round([("c1", "search_help_center", {"query": "sso"})], "", 40, 4),
+        answer("Use SAML.", 90, 3),
+    )
+    turn_id = await chat.ask("sso?")
+    await chat.finish(turn_id)
+    lines = [r.getMessage() for r in caplog.records if r.name == "kookee.generations"]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"generation turn={turn_id} round=1 finish_reason=tool_calls input_tokens=40")
+    assert lines[1].startswith(f"generation turn={turn_id} round=2 finish_reason=stop input_tokens=90")
+    assert all("ttfd_ms=" in line for line in lines)
+
+
+async def test_refused_with_an_expired_session(db):
+    from datetime import timedelta
+
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    from tests.chat.chat_client import new_session_key
+
+    key = await new_session_key()
+    await database_sync_to_async(Session.objects.filter(pk=key).update)(expire_date=timezone.now() - timedelta(1))
+    client = await ChatClient.connect(session_key=key)
+    assert not client.connected

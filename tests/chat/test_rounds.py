@@ -178,9 +178,7 @@ async def test_length_with_tool_calls_does_not_run_them(provider, open_stream):
 
 
 async def test_stream_without_finish_reason_failed_and_tools_not_run(provider, open_stream):
-    provider.queue(
-        [text("Let me look"), tool_fragment(0, "call_1", "search_help_center", '{"query": "x"}'), DONE]
-    )
+    provider.queue([text("Let me look"), tool_fragment(0, "call_1", "search_help_center", '{"query": "x"}'), DONE])
     outcome, _loop, sink, search = await run(open_stream)
     assert outcome.status == "failed"
     assert outcome.error == "incomplete_stream"
@@ -221,9 +219,7 @@ async def test_azure_prompt_filter_chunk_comments_and_missing_choices(provider, 
 
 
 async def test_error_event_mid_stream_fails_and_keeps_the_text(provider, open_stream):
-    provider.queue(
-        [text("Partial"), {"error": {"message": "overloaded", "type": "server_error"}}, finish("stop")]
-    )
+    provider.queue([text("Partial"), {"error": {"message": "overloaded", "type": "server_error"}}, finish("stop")])
     outcome, loop, sink, _ = await run(open_stream)
     assert (outcome.status, outcome.error) == ("failed", "provider_error")
     assert "overloaded" in outcome.detail

@@ -1,0 +1,299 @@
+"""Billing: one append-only ledger entry per turn, priced from PRICES."""
+
+import logging
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from billing.models import LedgerEntry
+from billing.services import bill_once, cost_of
+from chat import services
+from chat.models import Conversation, Generation, Turn
+from chat.rounds import Round
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def turn_id():
+    conversation = Conversation.objects.create(session_key="k")
+    turn_id, _messages = services.start_turn(conversation.id, "question", "gpt-4o-mini")
+    return turn_id
+
+
+@pytest.fixture
+def billing_log(caplog):
+    caplog.set_level(logging.WARNING, logger="kookee.billing")
+    return caplog
+
+
+def bill(turn_id, **overrides):
+    figures = {"model": "gpt-4o-mini", "input_tokens": 1000, "output_tokens": 500, "estimated": False}
+    return bill_once(turn_id, **{**figures, **overrides})
+
+
+def row(entry):
+    return LedgerEntry.objects.filter(pk=entry.pk).values().get()
+
+
+# --- exactly once ----------------------------------------------------------------------------
+
+
+def test_bill_once_writes_one_entry(turn_id):
+    entry = bill(turn_id)
+
+    stored = LedgerEntry.objects.get()
+    assert stored.pk == entry.pk
+    assert stored.turn_id == turn_id
+    assert stored.model == "gpt-4o-mini"
+    assert (stored.input_tokens, stored.output_tokens, stored.estimated) == (1000, 500, False)
+    assert stored.cost == Decimal("0.00045")
+
+
+def test_a_second_bill_once_returns_the_first_entry_unchanged(turn_id):
+    first = bill(turn_id)
+    before = row(first)
+
+    second = bill(turn_id, model="gpt-4o", input_tokens=9, output_tokens=9, estimated=True)
+
+    assert second.pk == first.pk
+    assert (second.model, second.input_tokens, second.output_tokens, second.estimated) == (
+        "gpt-4o-mini",
+        1000,
+        500,
+        False,
+    )
+    assert second.cost == Decimal("0.00045")
+    assert LedgerEntry.objects.count() == 1
+    assert row(first) == before
+
+
+def test_the_database_refuses_a_second_entry_for_a_turn(turn_id):
+    bill(turn_id)
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        LedgerEntry.objects.create(
+            turn_id=turn_id, model="gpt-4o", input_tokens=1, output_tokens=1, estimated=False, cost=0
+        )
+
+    assert LedgerEntry.objects.count() == 1
+
+
+# --- prices ----------------------------------------------------------------------------------
+
+
+def test_cost_is_an_exact_decimal_per_million_tokens():
+    # 1,234,567 x 0.15 + 89,012 x 0.60 = 185,185.05 + 53,407.2 = 238,592.25 per million
+    cost = cost_of("gpt-4o-mini", 1_234_567, 89_012)
+
+    assert isinstance(cost, Decimal)
+    assert cost == Decimal("0.23859225")
+
+
+def test_a_dated_snapshot_is_priced_as_its_model():
+    assert cost_of("gpt-4o-mini-2024-07-18", 1_000_000, 1_000_000) == Decimal("0.75")
+    # and not as the shorter prefix "gpt-4o" (2.50 + 10.00)
+    assert cost_of("gpt-4o-2024-08-06", 1_000_000, 1_000_000) == Decimal("12.50")
+
+
+def test_the_longest_matching_prefix_wins():
+    assert cost_of("gpt-4.1-mini", 1_000_000, 1_000_000) == Decimal("2.00")
+    assert cost_of("gpt-4.1-mini-2025-04-14", 1_000_000, 1_000_000) == Decimal("2.00")
+    assert cost_of("gpt-4.1", 1_000_000, 1_000_000) == Decimal("10.00")
+    assert cost_of("gpt-4.1-2025-04-14", 1_000_000, 1_000_000) == Decimal("10.00")
+
+
+def test_the_offline_model_costs_nothing(billing_log):
+    assert cost_of("kookee-offline", 5_000, 5_000) == Decimal(0)
+    assert billing_log.records == []
+
+
+def test_an_unknown_model_costs_nothing_and_is_logged(billing_log, turn_id):
+    entry = bill(turn_id, model="mystery-model-7b")
+
+    assert entry.cost == Decimal(0)
+    assert LedgerEntry.objects.get().cost == Decimal(0)
+    warnings = [r for r in billing_log.records if r.name == "kookee.billing"]
+    assert len(warnings) == 1
+    assert warnings[0].levelno == logging.WARNING
+    assert "mystery-model-7b" in warnings[0].getMessage()
+
+
+def test_a_known_model_is_not_logged(billing_log):
+    cost_of("gpt-4o-mini", 10, 10)
+
+    assert billing_log.records == []
+
+
+# --- append-only -----------------------------------------------------------------------------
+
+
+def test_an_entry_cannot_be_saved_again(turn_id):
+    entry = bill(turn_id)
+    before = row(entry)
+
+    entry.cost = Decimal("99")
+    entry.input_tokens = 1
+    with pytest.raises(ValueError, match="append-only"):
+        entry.save()
+
+    assert row(entry) == before
+
+
+def test_an_entry_cannot_be_deleted(turn_id):
+    entry = bill(turn_id)
+    before = row(entry)
+
+    with pytest.raises(ValueError, match="append-only"):
+        entry.delete()
+
+    assert row(entry) == before
+
+
+# --- finish_turn -----------------------------------------------------------------------------
+
+
+def make_round(number, *, usage, content="", finish_reason="stop", prompt_chars=400):
+    rnd = Round(number=number, prompt_chars=prompt_chars)
+    rnd.finish_reason = finish_reason
+    rnd.content = content
+    rnd.reported_usage = usage
+    rnd.ended_at = datetime.now(UTC)
+    return rnd
+
+
+def finish(turn_id, rounds, *, status="completed", text="The answer."):
+    return services.finish_turn(turn_id, status=status, text=text, error="", rounds=rounds, model="gpt-4o-mini")
+
+
+def test_finish_turn_sums_reported_usage_over_rounds(turn_id):
+    rounds = [
+        make_round(1, usage={"prompt_tokens": 100, "completion_tokens": 20}, finish_reason="tool_calls"),
+        make_round(2, usage={"prompt_tokens": 300, "completion_tokens": 45}, content="The answer."),
+    ]
+
+    usage = finish(turn_id, rounds)
+
+    assert usage == {"input_tokens": 400, "output_tokens": 65, "estimated": False}
+    entry = LedgerEntry.objects.get(turn_id=turn_id)
+    assert (entry.model, entry.input_tokens, entry.output_tokens, entry.estimated) == (
+        "gpt-4o-mini",
+        400,
+        65,
+        False,
+    )
+    assert entry.cost == (400 * Decimal("0.15") + 65 * Decimal("0.60")) / 1_000_000
+
+
+def test_finish_turn_flags_the_entry_estimated_when_a_round_lacks_usage(turn_id):
+    rounds = [
+        make_round(1, usage={"prompt_tokens": 100, "completion_tokens": 20}, finish_reason="tool_calls"),
+        # cut short: no usage; estimated from 400 prompt chars and 8 content chars
+        make_round(2, usage=None, content="Partial.", finish_reason=""),
+    ]
+
+    usage = finish(turn_id, rounds, status="interrupted", text="Partial.")
+
+    assert usage == {"input_tokens": 200, "output_tokens": 22, "estimated": True}
+    entry = LedgerEntry.objects.get(turn_id=turn_id)
+    assert (entry.input_tokens, entry.output_tokens, entry.estimated) == (200, 22, True)
+    estimated = dict(Generation.objects.filter(turn_id=turn_id).values_list("round", "usage_estimated"))
+    assert estimated == {1: False, 2: True}
+
+
+def test_finish_turn_stores_the_text_and_status(turn_id):
+    finish(turn_id, [make_round(1, usage={"prompt_tokens": 1, "completion_tokens": 1})], text="Hello.")
+
+    turn = Turn.objects.get(pk=turn_id)
+    assert turn.assistant_text == "Hello."
+    assert turn.status == "completed"
+    assert turn.interrupted is False
+    assert turn.ended_at is not None
+
+
+@pytest.mark.parametrize(
+    ("status", "interrupted"),
+    [("completed", False), ("interrupted", True), ("truncated", False), ("failed", False)],
+)
+def test_finish_turn_marks_only_an_interrupted_turn_interrupted(turn_id, status, interrupted):
+    finish(turn_id, [make_round(1, usage=None, finish_reason="")], status=status)
+
+    turn = Turn.objects.get(pk=turn_id)
+    assert turn.status == status
+    assert turn.interrupted is interrupted
+
+
+def test_finish_turn_writes_one_generation_per_round(turn_id):
+    rounds = [
+        make_round(1, usage={"prompt_tokens": 100, "completion_tokens": 20}, finish_reason="tool_calls"),
+        make_round(2, usage={"prompt_tokens": 200, "completion_tokens": 5}, finish_reason="tool_calls"),
+        make_round(3, usage={"prompt_tokens": 300, "completion_tokens": 30}, content="Done."),
+    ]
+
+    finish(turn_id, rounds)
+
+    generations = list(
+        Generation.objects.filter(turn_id=turn_id)
+        .order_by("round")
+        .values_list("round", "finish_reason", "input_tokens", "output_tokens")
+    )
+    assert generations == [(1, "tool_calls", 100, 20), (2, "tool_calls", 200, 5), (3, "stop", 300, 30)]
+
+
+def test_finish_turn_twice_bills_and_records_once(turn_id):
+    rounds = [
+        make_round(1, usage={"prompt_tokens": 100, "completion_tokens": 20}, finish_reason="tool_calls"),
+        make_round(2, usage={"prompt_tokens": 300, "completion_tokens": 45}, content="The answer."),
+    ]
+    first = finish(turn_id, rounds)
+    entry = LedgerEntry.objects.get(turn_id=turn_id)
+    before = row(entry)
+
+    again = [
+        make_round(1, usage={"prompt_tokens": 7, "completion_tokens": 7}),
+        make_round(2, usage={"prompt_tokens": 7, "completion_tokens": 7}),
+    ]
+    second = finish(turn_id, again)
+
+    assert second == first
+    assert LedgerEntry.objects.filter(turn_id=turn_id).count() == 1
+    assert row(entry) == before
+    generations = list(
+        Generation.objects.filter(turn_id=turn_id).order_by("round").values_list("round", "input_tokens")
+    )
+    assert generations == [(1, 100), (2, 300)]
+
+
+def test_finish_turn_twice_leaves_the_ended_turn_as_it_was(turn_id):
+    finish(turn_id, [make_round(1, usage=None)], status="interrupted", text="Half")
+    finish(turn_id, [make_round(1, usage=None), make_round(2, usage=None)], status="completed", text="Other")
+    turn = Turn.objects.get(pk=turn_id)
+    assert (turn.status, turn.interrupted, turn.assistant_text) == ("interrupted", True, "Half")
+    assert turn.generations.count() == 1
+
+
+def test_the_ledger_refuses_bulk_updates_and_deletes(turn_id):
+    entry = bill(turn_id)
+    before = row(entry)
+    with pytest.raises(ValueError):
+        LedgerEntry.objects.filter(pk=entry.pk).update(cost=0)
+    with pytest.raises(ValueError):
+        LedgerEntry.objects.all().delete()
+    assert row(entry) == before
+
+
+@pytest.mark.parametrize(
+    ("model", "priced_as"),
+    [
+        ("openai/gpt-4o-mini", "gpt-4o-mini"),
+        ("gpt-4o-mini:latest", "gpt-4o-mini"),
+        ("gpt-4.10", None),
+        ("gpt-4omega", None),
+    ],
+)
+def test_model_names_match_prices_at_word_boundaries(model, priced_as):
+    from billing.services import PRICES, price_for
+
+    assert price_for(model) == (PRICES[priced_as] if priced_as else None)

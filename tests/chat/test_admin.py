@@ -1,0 +1,254 @@
+"""The admin, as a superuser sees it: changelists, counts, the read-only ledger,
+and transcript text shown escaped."""
+
+from decimal import Decimal
+from html.parser import HTMLParser
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from billing.models import LedgerEntry
+from billing.services import bill_once
+from chat.admin import TurnAdmin
+from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = "<script>alert(1)</script>"
+
+
+def make_turn(conversation=None, *, generations=0, **fields):
+    conversation = conversation or Conversation.objects.create(session_key="k")
+    fields = {"user_text": "question", "model": "gpt-4o-mini", "status": "completed", **fields}
+    turn = Turn.objects.create(conversation=conversation, **fields)
+    for number in range(1, generations + 1):
+        now = timezone.now()
+        Generation.objects.create(turn=turn, round=number, started_at=now, ended_at=now)
+    return turn
+
+
+class ResultRows(HTMLParser):
+    """The changelist's result rows: for each row, its cells' text keyed by field name
+    (the `field-NAME` class Django gives every cell)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[dict[str, str]] = []
+        self._in_results = False
+        self._cell: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table" and attrs.get("id") == "result_list":
+            self._in_results = True
+        elif self._in_results and tag == "tr":
+            self.rows.append({})
+        elif self._in_results and tag in ("td", "th"):
+            names = [c[len("field-") :] for c in (attrs.get("class") or "").split() if c.startswith("field-")]
+            self._cell = names[0] if names and self.rows else None
+            if self._cell:
+                self.rows[-1][self._cell] = ""
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self._in_results = False
+        elif tag in ("td", "th"):
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell:
+            self.rows[-1][self._cell] += data.strip()
+
+
+def result_rows(response) -> list[dict[str, str]]:
+    parser = ResultRows()
+    parser.feed(response.content.decode())
+    return [row for row in parser.rows if row]
+
+
+# --- every changelist opens, with its rows -------------------------------------------------
+
+
+@pytest.fixture
+def one_of_everything():
+    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
+    turn = make_turn(generations=1, assistant_text="Paste the script tag.")
+    ToolCall.objects.create(
+        generation=turn.generations.get(), call_id="call_1", name="search_help_center", arguments="{}"
+    )
+    bill_once(turn.id, model="gpt-4o-mini", input_tokens=100, output_tokens=20, estimated=False)
+
+
+@pytest.mark.parametrize(
+    ("url", "model"),
+    [
+        ("/admin/chat/turn/", Turn),
+        ("/admin/chat/conversation/", Conversation),
+        ("/admin/chat/generation/", Generation),
+        ("/admin/chat/toolcall/", ToolCall),
+        ("/admin/chat/helparticle/", HelpArticle),
+        ("/admin/billing/ledgerentry/", LedgerEntry),
+    ],
+)
+def test_each_changelist_lists_its_rows(admin_client, one_of_everything, url, model):
+    response = admin_client.get(url)
+
+    assert response.status_code == 200
+    obj = model.objects.get()
+    assert [o.pk for o in response.context["cl"].result_list] == [obj.pk]
+    assert len(result_rows(response)) == 1
+    change_url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_change", args=[obj.pk])
+    assert change_url in response.content.decode()
+
+
+# --- the Turn changelist -------------------------------------------------------------------
+
+
+def test_the_turn_changelist_shows_each_turns_generation_count(admin_client):
+    one = make_turn(generations=1)
+    three = make_turn(generations=3)
+    none = make_turn(generations=0, status="failed")
+
+    counts = {row["id"]: row["generation_count"] for row in result_rows(admin_client.get("/admin/chat/turn/"))}
+
+    assert counts == {str(one.id): "1", str(three.id): "3", str(none.id): "0"}
+
+
+def test_the_turn_changelist_orders_by_generation_count(admin_client):
+    three = make_turn(generations=3)
+    one = make_turn(generations=1)
+    column = TurnAdmin.list_display.index("generation_count") + 1  # ?o= counts columns from 1
+
+    ascending = result_rows(admin_client.get(f"/admin/chat/turn/?o={column}"))
+    descending = result_rows(admin_client.get(f"/admin/chat/turn/?o=-{column}"))
+
+    assert [(r["id"], r["generation_count"]) for r in ascending] == [(str(one.id), "1"), (str(three.id), "3")]
+    assert [(r["id"], r["generation_count"]) for r in descending] == [
+        (str(three.id), "3"),
+        (str(one.id), "1"),
+    ]
+
+
+def test_the_turn_changelist_query_count_does_not_grow_with_turns(admin_client, django_assert_num_queries):
+    # each turn in its own conversation, with generations: an N+1 on either shows
+    for _ in range(2):
+        make_turn(generations=2)
+    admin_client.get("/admin/chat/turn/")  # warm caches (content types, ...)
+    with CaptureQueriesContext(connection) as two:
+        response = admin_client.get("/admin/chat/turn/")
+    assert len(result_rows(response)) == 2
+
+    for _ in range(10):
+        make_turn(generations=2)
+    with django_assert_num_queries(len(two.captured_queries)):
+        response = admin_client.get("/admin/chat/turn/")
+
+    assert len(result_rows(response)) == 12
+
+
+# --- the ledger is read-only ---------------------------------------------------------------
+
+
+@pytest.fixture
+def entry():
+    turn = make_turn(generations=1)
+    return bill_once(turn.id, model="gpt-4o-mini", input_tokens=100, output_tokens=20, estimated=False)
+
+
+def ledger_row(entry):
+    return LedgerEntry.objects.filter(pk=entry.pk).values().get()
+
+
+def test_the_ledger_add_page_is_forbidden(admin_client, entry):
+    before = LedgerEntry.objects.count()
+
+    assert admin_client.get("/admin/billing/ledgerentry/add/").status_code == 403
+    response = admin_client.post(
+        "/admin/billing/ledgerentry/add/",
+        {"turn": entry.turn_id, "model": "x", "input_tokens": 1, "output_tokens": 1, "cost": "1"},
+    )
+
+    assert response.status_code == 403
+    assert LedgerEntry.objects.count() == before
+
+
+def test_the_ledger_change_page_is_view_only(admin_client, entry):
+    before = ledger_row(entry)
+    url = f"/admin/billing/ledgerentry/{entry.pk}/change/"
+
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    assert 'name="_save"' not in page.content.decode()
+    assert 'name="_continue"' not in page.content.decode()
+
+    response = admin_client.post(
+        url,
+        {
+            "model": "gpt-4o",
+            "input_tokens": 1,
+            "output_tokens": 1,
+            "estimated": "on",
+            "cost": "99",
+            "_save": "Save",
+        },
+    )
+
+    assert response.status_code == 403
+    assert ledger_row(entry) == before
+
+
+def test_the_ledger_delete_page_is_forbidden(admin_client, entry):
+    before = ledger_row(entry)
+    url = f"/admin/billing/ledgerentry/{entry.pk}/delete/"
+
+    assert admin_client.get(url).status_code == 403
+    assert admin_client.post(url, {"post": "yes"}).status_code == 403
+
+    assert ledger_row(entry) == before
+
+
+def test_the_ledger_changelist_offers_no_bulk_delete(admin_client, entry):
+    before = ledger_row(entry)
+
+    page = admin_client.get("/admin/billing/ledgerentry/")
+    assert "delete_selected" not in page.content.decode()
+    admin_client.post(
+        "/admin/billing/ledgerentry/",
+        {"action": "delete_selected", "_selected_action": [entry.pk], "post": "yes"},
+    )
+
+    assert ledger_row(entry) == before
+
+
+# --- transcript text is escaped ------------------------------------------------------------
+
+
+def test_the_turn_change_page_escapes_model_text(admin_client):
+    turn = make_turn(generations=1, user_text=f"say {SCRIPT}", assistant_text=SCRIPT)
+
+    response = admin_client.get(f"/admin/chat/turn/{turn.pk}/change/")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert SCRIPT not in page
+
+
+def test_the_conversation_change_page_escapes_model_text(admin_client):
+    turn = make_turn(assistant_text=SCRIPT)
+
+    response = admin_client.get(f"/admin/chat/conversation/{turn.conversation_id}/change/")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert SCRIPT not in page
+
+
+def test_ledger_cost_is_shown(admin_client, entry):
+    # 100 x 0.15 + 20 x 0.60 = 27 per million
+    assert entry.cost == Decimal("0.000027")
+    assert "0.00002700" in admin_client.get("/admin/billing/ledgerentry/").content.decode()

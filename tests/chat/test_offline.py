@@ -1,0 +1,130 @@
+"""The built-in offline model, through the app's own provider path: the real
+openai client, SSE over the in-process transport, the real search tool."""
+
+import io
+
+import pytest
+from channels.db import database_sync_to_async
+from django.core.management import call_command
+
+from chat import offline, provider
+from chat.models import Generation, ToolCall
+from tests.chat.chat_client import ChatClient
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def offline_model(settings):
+    settings.OPENAI_API_KEY = ""
+    settings.OPENAI_BASE_URL = ""
+    settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND = 5000
+    settings.KOOKEE_OFFLINE_FIRST_TOKEN_MS = 0
+
+
+@pytest.fixture
+async def chat(offline_model):
+    await database_sync_to_async(call_command)("load_demo_help_center", stdout=io.StringIO())
+    client = await ChatClient.connect()
+    yield client
+    await client.close()
+
+
+def tool_calls_of(turn_id):
+    return database_sync_to_async(list)(
+        ToolCall.objects.filter(generation__turn_id=turn_id).values_list("generation__round", "arguments")
+    )
+
+
+def test_it_is_the_default(offline_model):
+    assert provider.is_offline()
+    assert provider.model_name() == "kookee-offline"
+
+
+@pytest.mark.parametrize("question", ["hi", "Hello!", "hey there", "thanks!"])
+async def test_greetings_are_answered_in_one_round(chat, question):
+    turn_id = await chat.ask(question)
+    ended = await chat.finish(turn_id)
+    assert (ended["status"], ended["generations"]) == ("completed", 1)
+    assert chat.text_of(turn_id) == offline.GREETING_ANSWER
+    assert ended["usage"]["estimated"] is False
+    assert ended["usage"]["output_tokens"] > 0
+    assert await tool_calls_of(turn_id) == []
+
+
+async def test_what_can_you_do_is_one_round(chat):
+    turn_id = await chat.ask("What can you do?")
+    ended = await chat.finish(turn_id)
+    assert ended["generations"] == 1
+    assert chat.text_of(turn_id) == offline.CAPABILITIES_ANSWER
+
+
+async def test_a_help_question_narrates_searches_and_cites(chat):
+    turn_id = await chat.ask("How do I install the feedback widget on my website?")
+    ended = await chat.finish(turn_id)
+    assert (ended["status"], ended["generations"]) == ("completed", 2)
+    answer = chat.text_of(turn_id)
+    narration, _, rest = answer.partition("\n\n")
+    assert narration == "Let me search the help center for that."
+    assert "(/help/install-feedback-widget/)" in rest
+    tools = [(f["name"], f["status"]) for f in chat.frames if f["type"] == "tool"]
+    assert tools == [("search_help_center", "started"), ("search_help_center", "finished")]
+    [(round_number, arguments)] = await tool_calls_of(turn_id)
+    assert round_number == 1
+    assert "widget" in arguments
+
+
+async def test_a_two_part_question_makes_two_parallel_calls(chat):
+    turn_id = await chat.ask("How do I get a refund? And how do I export my data as CSV?")
+    ended = await chat.finish(turn_id)
+    assert ended["generations"] == 2
+    calls = await tool_calls_of(turn_id)
+    assert [r for r, _ in calls] == [1, 1]  # both in the first round
+    answer = chat.text_of(turn_id)
+    assert "(/help/refund-policy/)" in answer
+    assert "(/help/export-your-data/)" in answer
+
+
+async def test_it_is_deterministic(chat):
+    first = await chat.ask("Can I use SAML single sign-on with Okta?")
+    await chat.finish(first)
+    second = await chat.ask("Can I use SAML single sign-on with Okta?")
+    await chat.finish(second)
+    assert chat.text_of(first) == chat.text_of(second)
+    assert chat.text_of(first)
+
+
+async def test_it_records_timings_for_each_round(chat):
+    turn_id = await chat.ask("How do webhooks work?")
+    await chat.finish(turn_id)
+    generations = await database_sync_to_async(list)(Generation.objects.filter(turn_id=turn_id))
+    assert [g.finish_reason for g in generations] == ["tool_calls", "stop"]
+    assert all(g.started_at <= g.first_delta_at <= g.ended_at for g in generations)
+
+
+async def test_stop_mid_answer_with_the_offline_model(chat, settings):
+    settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND = 20  # slow enough to stop mid-sentence
+    turn_id = await chat.ask("hi")
+    await chat.receive_until("delta", turn_id=turn_id)
+    await chat.send({"type": "stop"})
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "interrupted"
+    assert 0 < len(chat.text_of(turn_id)) < len(offline.GREETING_ANSWER)
+    assert offline.GREETING_ANSWER.startswith(chat.text_of(turn_id))
+    assert ended["usage"]["estimated"] is True
+
+
+async def test_the_stream_stops_generating_when_the_client_closes():
+    stream = offline._SSEStream([{"n": i} for i in range(100)], delay=0, first_delay=0)
+    received = []
+    async for data in stream:
+        received.append(data)
+        if len(received) == 3:
+            await stream.aclose()
+    assert len(received) == 3
+
+
+def test_answers_only_from_tools_when_tools_are_refused():
+    reply = offline.respond([{"role": "user", "content": "How do I export data?"}], True, "none")
+    assert reply.queries == []
+    assert reply.text == offline.NO_TOOLS_ANSWER

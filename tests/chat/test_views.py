@@ -1,0 +1,170 @@
+"""The chat page and the help-center pages, through the real middleware stack."""
+
+import json
+import re
+
+import pytest
+from django.contrib.sessions.models import Session
+from django.test import Client
+
+from chat.models import Conversation, HelpArticle, Turn
+
+pytestmark = pytest.mark.django_db
+
+IMG = "<img src=x onerror=alert(1)>"
+BREAKOUT = "</script><script>alert(1)</script>"
+HISTORY_SCRIPT = re.compile(r'<script id="history" type="application/json">(.*?)</script>', re.DOTALL)
+
+
+def embedded_history(response):
+    page = response.content.decode()
+    found = HISTORY_SCRIPT.findall(page)
+    assert len(found) == 1, "the page embeds the history exactly once"
+    return json.loads(found[0])
+
+
+# --- the session and its conversation --------------------------------------------------------
+
+
+def test_the_chat_page_sets_the_session_cookie(client):
+    response = client.get("/")
+
+    assert response.status_code == 200
+    assert "sessionid" in response.cookies
+    assert response.cookies["sessionid"].value
+
+
+def test_a_second_visit_keeps_the_session_and_the_conversation(client):
+    client.get("/")
+    key = client.cookies["sessionid"].value
+    conversation = Conversation.objects.get()
+    assert conversation.session_key == key
+
+    response = client.get("/")
+
+    assert response.status_code == 200
+    assert client.cookies["sessionid"].value == key
+    assert Conversation.objects.get().pk == conversation.pk
+
+
+def test_two_visitors_get_two_conversations(client):
+    client.get("/")
+    Client().get("/")
+
+    assert Conversation.objects.count() == 2
+    assert len(set(Conversation.objects.values_list("session_key", flat=True))) == 2
+
+
+def test_a_cookie_for_a_vanished_session_gets_a_fresh_session(client):
+    client.get("/")
+    stale = client.cookies["sessionid"].value
+    Session.objects.all().delete()
+
+    response = client.get("/")
+
+    assert response.status_code == 200
+    assert client.cookies["sessionid"].value != stale
+    assert Conversation.objects.filter(session_key=client.cookies["sessionid"].value).exists()
+
+
+# --- the history embedded in the page --------------------------------------------------------
+
+
+def test_the_page_embeds_the_history_in_order(client):
+    client.get("/")
+    conversation = Conversation.objects.get()
+    first = Turn.objects.create(
+        conversation=conversation,
+        user_text="How do I install the widget?",
+        assistant_text="Paste the script tag.",
+        status="completed",
+        model="gpt-4o-mini",
+    )
+    second = Turn.objects.create(
+        conversation=conversation,
+        user_text=f"what about {IMG}?",
+        assistant_text=f"Careful: {IMG} and {BREAKOUT} & more",
+        status="interrupted",
+        interrupted=True,
+        model="gpt-4o-mini",
+    )
+    third = Turn.objects.create(conversation=conversation, user_text="still there?", model="gpt-4o-mini")
+    # another visitor's turn stays out of this page
+    Turn.objects.create(
+        conversation=Conversation.objects.create(session_key="someone-else"),
+        user_text="not mine",
+        model="gpt-4o-mini",
+    )
+
+    response = client.get("/")
+
+    assert response.status_code == 200
+    assert embedded_history(response) == [
+        {
+            "turn_id": first.id,
+            "user_text": "How do I install the widget?",
+            "assistant_text": "Paste the script tag.",
+            "status": "completed",
+        },
+        {
+            "turn_id": second.id,
+            "user_text": f"what about {IMG}?",
+            "assistant_text": f"Careful: {IMG} and {BREAKOUT} & more",
+            "status": "interrupted",
+        },
+        {"turn_id": third.id, "user_text": "still there?", "assistant_text": "", "status": "streaming"},
+    ]
+
+
+def test_the_embedded_history_cannot_break_out_of_its_script(client):
+    client.get("/")
+    Turn.objects.create(
+        conversation=Conversation.objects.get(),
+        user_text=BREAKOUT,
+        assistant_text=f"{IMG} {BREAKOUT}",
+        status="completed",
+        model="gpt-4o-mini",
+    )
+
+    page = client.get("/").content.decode()
+
+    assert "</script><script>" not in page
+    assert "<script>alert(1)" not in page
+    assert "<img src=x" not in page
+    # only the page's own two scripts close
+    assert page.count("</script>") == 2
+
+
+def test_an_empty_conversation_embeds_an_empty_history(client):
+    assert embedded_history(client.get("/")) == []
+
+
+# --- help articles ---------------------------------------------------------------------------
+
+
+def test_a_published_article_is_shown_escaped(client):
+    HelpArticle.objects.create(
+        title="Installing the widget",
+        slug="install-widget",
+        body="Paste the <b>script</b> tag before </body>.",
+    )
+
+    response = client.get("/help/install-widget/")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "<h1>Installing the widget</h1>" in page
+    assert "&lt;b&gt;script&lt;/b&gt;" in page
+    assert "<b>script</b>" not in page
+
+
+def test_an_unpublished_article_is_not_found(client):
+    HelpArticle.objects.create(title="Draft", slug="draft", body="Not yet.", published=False)
+
+    assert client.get("/help/draft/").status_code == 404
+
+
+def test_an_unknown_article_is_not_found(client):
+    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
+
+    assert client.get("/help/no-such-article/").status_code == 404

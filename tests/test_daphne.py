@@ -1,0 +1,198 @@
+"""The app as users run it: a real daphne process, a real WebSocket client,
+the session cookie from GET /, and the database checked afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import websockets
+
+from tests.provider import ScriptedProvider, WaitFor, text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def daphne(tmp_path: Path, **env: str):
+    """Migrates a fresh SQLite database and serves the app with daphne."""
+    database = tmp_path / "db.sqlite3"
+    environment = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "OPENAI_API_KEY": "",
+        "OPENAI_BASE_URL": "",
+        **env,
+    }
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    subprocess.run([*manage, "migrate", "-v0"], env=environment, check=True, cwd=ROOT)
+    subprocess.run([*manage, "load_demo_help_center"], env=environment, check=True, cwd=ROOT, capture_output=True)
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kookee.asgi:application"],
+        env=environment,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_until_listening(port, process)
+        yield f"127.0.0.1:{port}", database
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _wait_until_listening(port: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "daphne exited"
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError("daphne did not start")
+
+
+def _session_cookie(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/") as response:
+        assert response.status == 200
+        cookies = response.headers.get_all("Set-Cookie")
+    [session] = [c.split(";")[0] for c in cookies if c.startswith("sessionid=")]
+    return session
+
+
+def _page(address: str, cookie: str) -> str:
+    request = urllib.request.Request(f"http://{address}/", headers={"Cookie": cookie})
+    with urllib.request.urlopen(request) as response:
+        return response.read().decode()
+
+
+class Visitor:
+    def __init__(self, socket) -> None:
+        self.socket = socket
+        self.frames: list[dict] = []
+
+    async def receive(self) -> dict:
+        async with asyncio.timeout(20):
+            frame = json.loads(await self.socket.recv())
+        self.frames.append(frame)
+        return frame
+
+    async def receive_until(self, frame_type: str) -> dict:
+        while (frame := await self.receive())["type"] != frame_type:
+            pass
+        return frame
+
+    async def ask(self, question: str) -> dict:
+        await self.socket.send(json.dumps({"type": "message", "text": question}))
+        return await self.receive_until("turn.started")
+
+    def text_of(self, turn_id: int) -> str:
+        return "".join(f["text"] for f in self.frames if f["type"] == "delta" and f["turn_id"] == turn_id)
+
+
+def _connect(address: str, cookie: str | None, origin: str | None = None):
+    headers = {"Cookie": cookie} if cookie else {}
+    return websockets.connect(
+        f"ws://{address}/ws/chat/", additional_headers=headers, origin=origin or f"http://{address}"
+    )
+
+
+def _stored(database: Path, turn_id: int) -> tuple[str, int, str, int, int]:
+    with sqlite3.connect(database) as db:
+        status, interrupted, assistant_text = db.execute(
+            "select status, interrupted, assistant_text from chat_turn where id = ?", [turn_id]
+        ).fetchone()
+        generations = db.execute("select count(*) from chat_generation where turn_id = ?", [turn_id]).fetchone()[0]
+        entries = db.execute("select count(*) from billing_ledgerentry where turn_id = ?", [turn_id]).fetchone()[0]
+    return status, interrupted, assistant_text, generations, entries
+
+
+@pytest.fixture
+def offline_server(tmp_path):
+    with daphne(tmp_path, KOOKEE_OFFLINE_TOKENS_PER_SECOND="60", KOOKEE_OFFLINE_FIRST_TOKEN_MS="50") as server:
+        yield server
+
+
+async def test_offline_model_over_daphne(offline_server):
+    address, database = offline_server
+    cookie = _session_cookie(address)
+    async with _connect(address, cookie) as socket:
+        visitor = Visitor(socket)
+
+        hi = (await visitor.ask("hi"))["turn_id"]
+        ended = await visitor.receive_until("turn.ended")
+        assert (ended["status"], ended["generations"]) == ("completed", 1)
+        assert _stored(database, hi) == ("completed", 0, visitor.text_of(hi), 1, 1)
+
+        question = (await visitor.ask("How do I cancel my subscription?"))["turn_id"]
+        ended = await visitor.receive_until("turn.ended")
+        assert (ended["status"], ended["generations"]) == ("completed", 2)
+        assert "(/help/cancel-subscription/)" in visitor.text_of(question)
+        assert _stored(database, question) == ("completed", 0, visitor.text_of(question), 2, 1)
+
+        stopped = (await visitor.ask("What can you do?"))["turn_id"]
+        await visitor.receive_until("delta")
+        await socket.send(json.dumps({"type": "stop"}))
+        ended = await visitor.receive_until("turn.ended")
+        assert ended["status"] == "interrupted"
+        assert _stored(database, stopped) == ("interrupted", 1, visitor.text_of(stopped), 1, 1)
+
+    # The history is on the page after a reload.
+    page = await asyncio.to_thread(_page, address, cookie)
+    assert '"user_text": "How do I cancel my subscription?"' in page
+
+
+async def test_handshake_is_refused_without_session_or_from_another_origin(offline_server):
+    address, _ = offline_server
+    with pytest.raises(websockets.InvalidStatus):
+        async with _connect(address, cookie=None):
+            pass
+    cookie = _session_cookie(address)
+    with pytest.raises(websockets.InvalidStatus):
+        async with _connect(address, cookie, origin="https://evil.example"):
+            pass
+
+
+async def test_stop_closes_the_provider_request(tmp_path):
+    provider = ScriptedProvider()
+    url = await provider.start()
+    provider.queue([text("Streaming"), text(" slowly"), WaitFor(asyncio.Event()), text(" never")])
+    try:
+        with daphne(tmp_path, OPENAI_BASE_URL=url, OPENAI_API_KEY="test-key") as (address, database):
+            async with _connect(address, _session_cookie(address)) as socket:
+                visitor = Visitor(socket)
+                turn_id = (await visitor.ask("hi"))["turn_id"]
+                while visitor.text_of(turn_id) != "Streaming slowly":
+                    await visitor.receive_until("delta")
+                request = provider.requests[0]
+                assert not request.hung_up.is_set()
+                await socket.send(json.dumps({"type": "stop"}))
+                ended = await visitor.receive_until("turn.ended")
+                async with asyncio.timeout(2):
+                    await request.hung_up.wait()
+            assert request.hung_up_early
+            assert ended["status"] == "interrupted"
+            assert ended["usage"]["estimated"] is True
+            assert _stored(database, turn_id) == ("interrupted", 1, "Streaming slowly", 1, 1)
+    finally:
+        await provider.stop()
