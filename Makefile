@@ -14,6 +14,7 @@ $(VENV)/installed: requirements.txt
 run: $(VENV)/installed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo_help_center
+	$(PY) manage.py collectstatic --noinput -v0
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
 
 test: $(VENV)/installed

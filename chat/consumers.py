@@ -53,9 +53,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._start_turn(frame["text"])
 
     async def _start_turn(self, text: str) -> None:
-        turn_id, messages = await database_sync_to_async(services.start_turn)(
-            self.conversation_id, text, provider.model_name()
-        )
+        try:
+            turn_id, messages = await database_sync_to_async(services.start_turn)(
+                self.conversation_id, text, provider.model_name()
+            )
+        except Exception:
+            logger.exception("could not start a turn")
+            await self._error("server_error", "Something went wrong on our side. Please try again.")
+            return
         await self.send_json({"type": "turn.started", "turn_id": turn_id})
         self.turn_task = asyncio.create_task(run_turn(turn_id, messages, self.send_json))
         # Let the task enter its try/finally before any stop can cancel it: a

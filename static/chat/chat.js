@@ -25,8 +25,12 @@
     body.textContent = text;
     item.append(body);
     log.append(item);
-    item.scrollIntoView({ block: "end" });
+    scrollToEnd();
     return item;
+  }
+
+  function scrollToEnd() {
+    log.scrollTop = log.scrollHeight;
   }
 
   function markEnding(item, status) {
@@ -36,6 +40,7 @@
     note.className = "message__note";
     note.textContent = ENDINGS[status];
     item.append(note);
+    scrollToEnd();
   }
 
   function setStreaming(streaming) {
@@ -66,7 +71,7 @@
       current.text += frame.text;
       current.bubble.querySelector(".message__text").textContent = current.text;
       if (current.tool) current.tool.hidden = true;
-      current.bubble.scrollIntoView({ block: "end" });
+      scrollToEnd();
     },
     tool: showTool,
     "turn.ended": (frame) => {
@@ -121,6 +126,10 @@
       event.preventDefault();
       form.requestSubmit();
     }
+  });
+
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && current) socket.send(JSON.stringify({ type: "stop" }));
   });
 
   for (const turn of JSON.parse(document.getElementById("history").textContent)) {

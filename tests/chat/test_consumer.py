@@ -389,3 +389,28 @@ async def test_refused_with_an_expired_session(db):
     await database_sync_to_async(Session.objects.filter(pk=key).update)(expire_date=timezone.now() - timedelta(1))
     client = await ChatClient.connect(session_key=key)
     assert not client.connected
+
+
+async def test_a_turn_that_cannot_start_is_an_error_and_the_socket_goes_on(chat, use_provider, monkeypatch):
+    real_start = services.start_turn
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("database unavailable")
+
+    monkeypatch.setattr(services, "start_turn", broken)
+    await chat.send({"type": "message", "text": "hi"})
+    error = await chat.receive()
+    assert (error["type"], error["code"]) == ("error", "server_error")
+    assert await turn_count() == 0
+    monkeypatch.setattr(services, "start_turn", real_start)
+    use_provider.queue(answer("Back."))
+    assert (await chat.finish(await chat.ask("hi")))["status"] == "completed"
+
+
+async def test_a_message_after_turn_ended_is_not_busy(chat, use_provider):
+    use_provider.queue(answer("One."), answer("Two."))
+    first = await chat.ask("one")
+    await chat.receive_until("turn.ended", turn_id=first)
+    second = await chat.ask("two")  # sent at once: never "busy"
+    assert (await chat.finish(second))["status"] == "completed"
+    assert "busy" not in [f.get("code") for f in chat.frames]
