@@ -80,8 +80,8 @@ def _session_cookie(address: str) -> str:
     return session
 
 
-def _page(address: str, cookie: str) -> str:
-    request = urllib.request.Request(f"http://{address}/", headers={"Cookie": cookie})
+def _page(address: str, cookie: str, path: str = "/") -> str:
+    request = urllib.request.Request(f"http://{address}{path}", headers={"Cookie": cookie})
     with urllib.request.urlopen(request) as response:
         return response.read().decode()
 
@@ -159,6 +159,8 @@ async def test_offline_model_over_daphne(offline_server):
 
     # The history is on the page after a reload.
     page = await asyncio.to_thread(_page, address, cookie)
+    assert "chat/chat.js" in page
+    assert "Stopped" in await asyncio.to_thread(_page, address, cookie, "/static/chat/chat.js")
     assert '"user_text": "How do I cancel my subscription?"' in page
 
 
