@@ -128,7 +128,7 @@ class ToolCallAssembler:
         function = _field(fragment, "function")
         name = _field(function, "name") or ""
         arguments = _field(function, "arguments")
-        call = self._call_for(_field(fragment, "index"), call_id)
+        call = self._call_for(_field(fragment, "index"), call_id, name)
         if call_id and not call.call_id:
             call.call_id = call_id
         if name and not call.name:
@@ -139,20 +139,20 @@ class ToolCallAssembler:
             # A few servers send the arguments as an object, whole.
             call.arguments = json.dumps(arguments)
 
-    def _call_for(self, index: Any, call_id: str) -> ToolCall:
+    def _call_for(self, index: Any, call_id: str, name: str) -> ToolCall:
         if index is None:
-            return self._call_by_id(call_id)
+            return self._call_by_id(call_id, name)
         call = self._by_index.get(index)
         if call is None or (call_id and call.call_id and call.call_id != call_id):
             call = self._new_call()
             self._by_index[index] = call
         return call
 
-    def _call_by_id(self, call_id: str) -> ToolCall:
+    def _call_by_id(self, call_id: str, name: str) -> ToolCall:
         for call in self.calls:
             if call_id and call.call_id == call_id:
                 return call
-        if not call_id and self.calls:
+        if not call_id and self.calls and not _starts_another(self.calls[-1], name):
             return self.calls[-1]  # a continuation of the latest call
         return self._new_call()
 
@@ -160,6 +160,18 @@ class ToolCallAssembler:
         call = ToolCall(call_id="")
         self.calls.append(call)
         return call
+
+
+def _starts_another(latest: ToolCall, name: str) -> bool:
+    """A named fragment with neither index nor id, after a call that is
+    already complete, is a new call (whole calls sent one per chunk)."""
+    if not name or not latest.name:
+        return False
+    try:
+        json.loads(latest.arguments)
+    except ValueError:
+        return False
+    return True
 
 
 class RoundLoop:
@@ -235,7 +247,8 @@ class RoundLoop:
 
     def _take_chunk(self, rnd: Round, chunk: Any, assembler: ToolCallAssembler) -> str:
         """Reads usage, finish_reason, text and tool-call fragments from a chunk."""
-        usage = _field(chunk, "usage")
+        # Groq has sent usage under "x_groq" rather than at the top level.
+        usage = _field(chunk, "usage") or _field(_field(chunk, "x_groq"), "usage")
         if usage is not None:
             rnd.reported_usage = usage  # cumulative where repeated: keep the last
         text = ""

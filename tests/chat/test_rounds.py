@@ -119,6 +119,13 @@ async def test_usage_on_every_chunk_keeps_the_last_never_sums(provider, open_str
     assert (loop.rounds[0].usage.input_tokens, loop.rounds[0].usage.output_tokens) == (50, 3)
 
 
+async def test_usage_under_x_groq(provider, open_stream):
+    provider.queue([text("Hi"), finish("stop"), {**CHUNK_BASE, "choices": [], "x_groq": {"usage": _usage(21, 1)}}])
+    _, loop, _, _ = await run(open_stream)
+    assert (loop.rounds[0].usage.input_tokens, loop.rounds[0].usage.output_tokens) == (21, 1)
+    assert loop.rounds[0].usage.estimated is False
+
+
 async def test_null_usage_on_content_chunks_then_real_usage(provider, open_stream):
     provider.queue([text("Hi", usage=None), finish("stop", usage=None), usage(12, 1), DONE])
     _, loop, _, _ = await run(open_stream)
@@ -358,6 +365,20 @@ async def test_continuations_without_index_or_id_extend_the_latest_call(provider
     )
     _, _, _, search = await run(open_stream)
     assert search.queries == ["sso"]
+
+
+async def test_whole_calls_without_index_or_id_one_per_chunk(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(None, "", "search_help_center", '{"query": "first"}'),
+            tool_fragment(None, "", "search_help_center", '{"query": "second"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Done."),
+    )
+    _, _, _, search = await run(open_stream)
+    assert search.queries == ["first", "second"]
 
 
 async def test_indexes_that_do_not_start_at_zero(provider, open_stream):
