@@ -15,6 +15,7 @@ run: $(VENV)/installed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo_help_center
 	$(PY) manage.py collectstatic --noinput -v0
+	$(PY) manage.py close_stale_turns
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
 
 test: $(VENV)/installed

@@ -16,32 +16,49 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from chat import provider, services
-from chat.turns import run_turn
+from chat.limits import FrameBudget, LimitReached
+from chat.rounds import storable
+from chat.turns import run_turn, start_sweeper
 
 logger = logging.getLogger("kookee.consumers")
 
 # How long stop/disconnect wait for a cancelled turn to save and bill.
 CANCEL_WAIT_SECONDS = 10
 CLOSE_NO_SESSION = 4401
+CLOSE_FLOOD = 1008  # policy violation
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
     conversation_id: int | None = None
     turn_task: asyncio.Task | None = None
 
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # The server is shutting down (daphne cancels every connection on
+            # SIGTERM): stop, save and bill the running turn before it exits.
+            await self._cancel_turn()
+
     async def connect(self) -> None:
+        start_sweeper()
         conversation = await database_sync_to_async(services.conversation_for_session)(self.scope["session"])
         if conversation is None:
             # No session cookie from GET /: refuse, as for a foreign origin.
             await self.close(code=CLOSE_NO_SESSION)
             return
         self.conversation_id = conversation.id
+        self.frames = FrameBudget(settings.KOOKEE_FRAME_BURST, settings.KOOKEE_FRAMES_PER_SECOND)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         await self._cancel_turn()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not self.frames.take():
+            await self._error("flood", "Too many frames; the connection is closed. Reload to continue.")
+            await self.close(code=CLOSE_FLOOD)
+            return
         frame, problem = _parse(text_data, bytes_data)
         if problem:
             await self._error(*problem)
@@ -55,13 +72,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def _start_turn(self, text: str) -> None:
         try:
             turn_id, messages = await database_sync_to_async(services.start_turn)(
-                self.conversation_id, text, provider.model_name()
+                self.conversation_id, text, provider.model_name(), _client_address(self.scope)
             )
+        except LimitReached as limit:
+            await self._error(limit.code, limit.message)
+            return
         except Exception:
             logger.exception("could not start a turn")
             await self._error("server_error", "Something went wrong on our side. Please try again.")
             return
-        await self.send_json({"type": "turn.started", "turn_id": turn_id})
+        # The task sends turn.started, inside the try whose finally ends it.
         self.turn_task = asyncio.create_task(run_turn(turn_id, messages, self.send_json))
         # Let the task enter its try/finally before any stop can cancel it: a
         # task cancelled before its first step never runs its finally.
@@ -86,6 +106,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send_json({"type": "error", "code": code, "message": message})
 
 
+def _client_address(scope: dict[str, Any]) -> str | None:
+    # Behind a proxy, run daphne with --proxy-headers so this is the visitor's.
+    client = scope.get("client")
+    return client[0] if client else None
+
+
 def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, Any], tuple[str, str] | None]:
     """Validates a client frame; returns it, or an error code and message."""
     if text_data is None:
@@ -105,4 +131,4 @@ def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, A
         return {}, ("bad_text", '"text" must be a non-empty string.')
     if len(text) > settings.KOOKEE_MAX_MESSAGE_CHARS:
         return {}, ("too_long", f"Messages are limited to {settings.KOOKEE_MAX_MESSAGE_CHARS} characters.")
-    return frame, None
+    return {**frame, "text": storable(text)}, None

@@ -52,11 +52,18 @@ class Turn(models.Model):
     assistant_text = models.TextField(blank=True)
     error = models.CharField(max_length=200, blank=True)
     model = models.CharField(max_length=100)
-    started_at = models.DateTimeField(auto_now_add=True)
+    client_address = models.GenericIPAddressField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True, db_index=True)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # While streaming: the last checkpoint, for closing turns a dead process left.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    checkpoint_round = models.PositiveSmallIntegerField(default=0)
+    checkpoint_input_tokens = models.PositiveIntegerField(default=0)
+    checkpoint_output_tokens = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["status", "heartbeat_at"])]
 
     def __str__(self) -> str:
         return f"Turn {self.pk} ({self.status})"
@@ -86,8 +93,9 @@ class Generation(models.Model):
 
 class ToolCall(models.Model):
     generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="tool_calls")
-    call_id = models.CharField(max_length=200, blank=True)
-    name = models.CharField(max_length=200)
+    # Text: providers' ids can be long (LiteLLM packs signatures into them).
+    call_id = models.TextField(blank=True)
+    name = models.TextField()
     arguments = models.TextField(blank=True, help_text="As the model sent them.")
     result = models.TextField(blank=True)
     error = models.TextField(blank=True)

@@ -1,10 +1,18 @@
 """The one module that talks to the model provider, through the official
 `openai` client: any OpenAI-compatible Chat Completions endpoint, or the
-built-in offline model when neither a key nor a base URL is configured."""
+built-in offline model when neither a key nor a base URL is configured.
+
+Provider faults become `StreamError`s with a stable code. A request refused
+before its stream starts (429, 5xx, connection failure) is retried with
+backoff: nothing of it reached the visitor, so nothing can be repeated. Once
+a stream has started it is never retried.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import weakref
 from typing import Any
 
@@ -13,8 +21,13 @@ import openai
 from django.conf import settings
 
 from chat.offline import OfflineTransport
+from chat.rounds import StreamError
+
+logger = logging.getLogger("kookee.provider")
 
 OFFLINE_BASE_URL = "http://offline.kookee.invalid/v1"
+RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}
+MAX_RETRY_AFTER_SECONDS = 10.0
 
 # One client per event loop: its connection pool belongs to the loop that
 # opened it (daphne has one; each async test has its own).
@@ -32,7 +45,7 @@ def model_name() -> str:
 
 async def open_stream(
     *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: str
-) -> openai.AsyncStream:
+) -> Stream:
     """Starts one streamed model call. The caller must close the stream."""
     extra: dict[str, Any] = {}
     if tools:
@@ -41,13 +54,105 @@ async def open_stream(
     # servers only know max_tokens.
     limit_name = "max_tokens" if settings.OPENAI_BASE_URL else "max_completion_tokens"
     extra[limit_name] = settings.KOOKEE_MAX_OUTPUT_TOKENS
-    return await _client().chat.completions.create(
-        model=model_name(),
-        messages=messages,
-        stream=True,
-        stream_options={"include_usage": True},
-        **extra,
-    )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT
+    for attempt in range(settings.KOOKEE_PROVIDER_RETRIES + 1):
+        try:
+            async with asyncio.timeout_at(deadline):
+                stream = await _client().chat.completions.create(
+                    model=model_name(),
+                    messages=messages,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    **extra,
+                )
+            return Stream(stream, deadline)
+        except TimeoutError:
+            raise StreamError("provider_timeout", "no answer before the first-token timeout") from None
+        except openai.APIError as exc:
+            error = _refusal(exc)
+            if not _retryable(exc) or attempt == settings.KOOKEE_PROVIDER_RETRIES:
+                raise error from exc
+            delay = _backoff(exc, attempt)
+            if loop.time() + delay >= deadline:
+                raise error from exc
+            logger.warning("provider refused (%s), retry %s in %.2fs", error.detail, attempt + 1, delay)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+class Stream:
+    """An openai stream that reads with the first-token and stall timeouts
+    and turns provider faults into StreamErrors. `async with` closes it."""
+
+    def __init__(self, stream: openai.AsyncStream, first_chunk_deadline: float) -> None:
+        self._stream = stream
+        self._deadline: float | None = first_chunk_deadline
+
+    async def __aenter__(self) -> Stream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self._stream.close()
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> Any:
+        first = self._deadline is not None
+        deadline = self._deadline or asyncio.get_running_loop().time() + settings.KOOKEE_PROVIDER_STALL_TIMEOUT
+        try:
+            async with asyncio.timeout_at(deadline):
+                chunk = await self._stream.__anext__()
+        except TimeoutError:
+            if first:
+                raise StreamError("provider_timeout", "no answer before the first-token timeout") from None
+            raise StreamError("provider_stalled", "the stream stalled between two chunks") from None
+        except json.JSONDecodeError as exc:
+            raise StreamError("bad_stream", f"a chunk is not JSON: {exc}") from None
+        except openai.APIError as exc:
+            raise StreamError("provider_error", _describe(exc)) from None
+        except httpx2.HTTPError as exc:
+            raise StreamError("provider_error", _describe(exc)) from None
+        self._deadline = None
+        return chunk
+
+
+def _refusal(exc: openai.APIError) -> StreamError:
+    """The error for a request that failed before its stream started: the
+    provider generated nothing, so nothing is billed for it."""
+    detail = _describe(exc)
+    if isinstance(exc, openai.APITimeoutError):
+        return StreamError("provider_timeout", detail, billable=False)
+    if isinstance(exc, openai.APIConnectionError):
+        return StreamError("provider_unreachable", detail, billable=False)
+    status = getattr(exc, "status_code", None)
+    if status == 429:
+        return StreamError("provider_rate_limited", detail, billable=False)
+    if isinstance(status, int) and status >= 500:
+        return StreamError("provider_unavailable", detail, billable=False)
+    return StreamError("provider_rejected", detail, billable=False)
+
+
+def _retryable(exc: openai.APIError) -> bool:
+    if isinstance(exc, openai.APIConnectionError):
+        return True
+    return getattr(exc, "status_code", None) in RETRYABLE_STATUSES
+
+
+def _backoff(exc: openai.APIError, attempt: int) -> float:
+    response = getattr(exc, "response", None)
+    retry_after = response.headers.get("retry-after") if response is not None else None
+    try:
+        if retry_after is not None:
+            return min(max(float(retry_after), 0.0), MAX_RETRY_AFTER_SECONDS)
+    except ValueError:
+        pass  # an HTTP date: fall back on our own backoff
+    return settings.KOOKEE_PROVIDER_BACKOFF_SECONDS * 2**attempt
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
 
 
 def _client() -> openai.AsyncOpenAI:
@@ -65,14 +170,23 @@ def _config() -> tuple:
     return (
         settings.OPENAI_API_KEY,
         settings.OPENAI_BASE_URL,
-        settings.KOOKEE_PROVIDER_TIMEOUT,
+        settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
+        settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT,
+        settings.KOOKEE_PROVIDER_STALL_TIMEOUT,
         settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND,
         settings.KOOKEE_OFFLINE_FIRST_TOKEN_MS,
     )
 
 
 def _make_client() -> openai.AsyncOpenAI:
-    timeout = httpx2.Timeout(settings.KOOKEE_PROVIDER_TIMEOUT)
+    # Reads are bounded by the first-token and stall timeouts above; httpx's
+    # own read timeout is only a backstop.
+    timeout = httpx2.Timeout(
+        connect=settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
+        read=max(settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT, settings.KOOKEE_PROVIDER_STALL_TIMEOUT) + 5,
+        write=settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
+        pool=settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
+    )
     if is_offline():
         transport = OfflineTransport(
             tokens_per_second=settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND,
@@ -89,7 +203,5 @@ def _make_client() -> openai.AsyncOpenAI:
         api_key=settings.OPENAI_API_KEY or "not-needed",
         base_url=settings.OPENAI_BASE_URL or None,
         timeout=timeout,
-        # A retry after text reached the visitor would repeat it; the stream
-        # request itself is not retried here.
-        max_retries=0,
+        max_retries=0,  # retried above, only before the stream starts
     )

@@ -33,6 +33,17 @@ CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4
 
 
+class StreamError(Exception):
+    """A provider fault with a stable code. `billable` is false when the
+    request was refused before the provider generated anything."""
+
+    def __init__(self, code: str, detail: str, billable: bool = True) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.billable = billable
+
+
 @dataclass
 class Tool:
     name: str
@@ -56,6 +67,9 @@ class ToolCall:
     call_id: str
     name: str = ""
     arguments: str = ""
+    # Fields a provider attaches to a call and expects back with it (Gemini's
+    # thought signatures in "extra_content", for one).
+    extra: dict[str, Any] = field(default_factory=dict)
     result: Any = None
     error: str = ""
 
@@ -76,22 +90,37 @@ class Round:
     ended_at: datetime | None = None
     finish_reason: str = ""
     content: str = ""  # the model's own text this round, as generated
+    reasoning_chars: int = 0  # reasoning the provider streamed but we do not show
     reported_usage: Any = None  # the provider's usage object, if it sent one
+    refused: bool = False  # the request failed before the provider generated anything
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # Text of this round not shown yet: leading whitespace, half a surrogate pair.
+    pending: str = ""
+    carry: str = ""
+    shown: bool = False
 
     @property
     def usage(self) -> Usage:
         """The provider's figures; an estimate for any part it did not report."""
         reported = self.reported_usage
+        if self.refused and reported is None:
+            return Usage(0, 0, False)
         input_tokens = _token_count(reported, "prompt_tokens")
         output_tokens = _token_count(reported, "completion_tokens")
+        estimated_input = math.ceil(self.prompt_chars / CHARS_PER_TOKEN)
+        generated = len(self.content) + self.reasoning_chars
+        generated += sum(len(c.name) + len(c.arguments) for c in self.tool_calls)
+        estimated_output = math.ceil(generated / CHARS_PER_TOKEN)
+        if not self.finish_reason:
+            # Cut short: whatever was reported was a running total at best.
+            input_tokens = estimated_input if input_tokens is None else input_tokens
+            return Usage(input_tokens, max(output_tokens or 0, estimated_output), True)
         estimated = input_tokens is None or output_tokens is None
-        if input_tokens is None:
-            input_tokens = math.ceil(self.prompt_chars / CHARS_PER_TOKEN)
-        if output_tokens is None:
-            generated = self.content + "".join(c.name + c.arguments for c in self.tool_calls)
-            output_tokens = math.ceil(len(generated) / CHARS_PER_TOKEN)
-        return Usage(input_tokens, output_tokens, estimated)
+        return Usage(
+            estimated_input if input_tokens is None else input_tokens,
+            estimated_output if output_tokens is None else output_tokens,
+            estimated,
+        )
 
 
 @dataclass
@@ -128,31 +157,37 @@ class ToolCallAssembler:
         function = _field(fragment, "function")
         name = _field(function, "name") or ""
         arguments = _field(function, "arguments")
-        call = self._call_for(_field(fragment, "index"), call_id, name)
+        call = self._call_for(_field(fragment, "index"), call_id, name, arguments)
         if call_id and not call.call_id:
             call.call_id = call_id
         if name and not call.name:
             call.name = name
+        for key, value in _extra_fields(fragment).items():
+            call.extra.setdefault(key, value)
         if isinstance(arguments, str):
             call.arguments += arguments
         elif arguments is not None:
             # A few servers send the arguments as an object, whole.
             call.arguments = json.dumps(arguments)
 
-    def _call_for(self, index: Any, call_id: str, name: str) -> ToolCall:
+    def _call_for(self, index: Any, call_id: str, name: str, arguments: Any) -> ToolCall:
         if index is None:
-            return self._call_by_id(call_id, name)
+            return self._call_by_id(call_id, name, arguments)
         call = self._by_index.get(index)
-        if call is None or (call_id and call.call_id and call.call_id != call_id):
+        if (
+            call is None
+            or (call_id and call.call_id and call.call_id != call_id)
+            or (not call_id and _starts_another(call, name, arguments))
+        ):
             call = self._new_call()
             self._by_index[index] = call
         return call
 
-    def _call_by_id(self, call_id: str, name: str) -> ToolCall:
+    def _call_by_id(self, call_id: str, name: str, arguments: Any) -> ToolCall:
         for call in self.calls:
             if call_id and call.call_id == call_id:
                 return call
-        if not call_id and self.calls and not _starts_another(self.calls[-1], name):
+        if not call_id and self.calls and not _starts_another(self.calls[-1], name, arguments):
             return self.calls[-1]  # a continuation of the latest call
         return self._new_call()
 
@@ -162,10 +197,10 @@ class ToolCallAssembler:
         return call
 
 
-def _starts_another(latest: ToolCall, name: str) -> bool:
-    """A named fragment with neither index nor id, after a call that is
-    already complete, is a new call (whole calls sent one per chunk)."""
-    if not name or not latest.name:
+def _starts_another(latest: ToolCall, name: str, arguments: Any) -> bool:
+    """A named fragment with arguments but no id of its own, after a call
+    that is already complete, is a new call (whole calls, one per chunk)."""
+    if not name or not arguments or not latest.name:
         return False
     try:
         json.loads(latest.arguments)
@@ -193,7 +228,8 @@ class RoundLoop:
         self.sink = sink
         self.max_rounds = max(1, max_rounds)
         self.rounds: list[Round] = []
-        self.text = ""
+        self.text = ""  # everything sent to the visitor
+        self._held = ""  # whitespace received after it, not sent yet
 
     async def run(self, messages: list[dict[str, Any]]) -> Outcome:
         messages = list(messages)
@@ -206,6 +242,7 @@ class RoundLoop:
                 # The model ignored tool_choice="none" on the last round.
                 outcome = Outcome(FAILED, "round_limit", "the model still wanted tools")
             if outcome is not None or not calls:
+                await self._flush()
                 await self.sink.round_ended(rnd)
                 return outcome or Outcome(COMPLETED)
             messages.append(_assistant_message(rnd))
@@ -220,30 +257,50 @@ class RoundLoop:
         """Streams one round. Returns its tool calls and, if the turn must end, why."""
         assembler = ToolCallAssembler()
         rnd.tool_calls = assembler.calls
-        pending = ""  # leading whitespace of a round that continues earlier text
         try:
-            stream = await self.open_stream(
-                messages=messages,
-                tools=[tool.spec() for tool in self.tools.values()] or None,
-                tool_choice="none" if last else "auto",
-            )
-            # `async with` closes the provider's response on every exit,
-            # cancellation included; leaving `async for` alone does not.
-            async with stream:
-                async for chunk in stream:
-                    text = self._take_chunk(rnd, chunk, assembler)
-                    if text:
-                        pending = await self._forward(rnd, pending + text)
-        except Exception as exc:  # the provider failed: the turn fails, it does not crash
-            return [], Outcome(FAILED, _error_code(exc), _describe(exc))
+            outcome = await self._read(rnd, messages, last, assembler)
         finally:
             rnd.ended_at = _now()
+        if outcome is not None:
+            return [], outcome
         if not rnd.finish_reason:
             return [], Outcome(FAILED, "incomplete_stream", "the stream ended without finish_reason")
         if rnd.finish_reason == "length":
             return [], Outcome(TRUNCATED)
         # Decide from the fragments: some providers say "stop" after tool calls.
         return [c for c in assembler.calls if c.name or c.arguments or c.call_id], None
+
+    async def _read(
+        self, rnd: Round, messages: list[dict[str, Any]], last: bool, assembler: ToolCallAssembler
+    ) -> Outcome | None:
+        """Reads one round's stream; returns why the turn failed, if it did.
+
+        Only the provider's faults are caught here; the sink's propagate.
+        """
+        try:
+            stream = await self.open_stream(
+                messages=messages,
+                tools=[tool.spec() for tool in self.tools.values()] or None,
+                tool_choice="none" if last else "auto",
+            )
+        except Exception as exc:
+            rnd.refused = isinstance(exc, StreamError) and not exc.billable
+            return _failure(exc)
+        # `async with` closes the provider's response on every exit,
+        # cancellation included; leaving the loop alone does not.
+        async with stream:
+            chunks = aiter(stream)
+            while True:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    return None
+                except Exception as exc:
+                    # After finish_reason the round is whole; only its tail broke.
+                    return None if rnd.finish_reason else _failure(exc)
+                text = self._take_chunk(rnd, chunk, assembler)
+                if text:
+                    await self._forward(rnd, text)
 
     def _take_chunk(self, rnd: Round, chunk: Any, assembler: ToolCallAssembler) -> str:
         """Reads usage, finish_reason, text and tool-call fragments from a chunk."""
@@ -262,6 +319,10 @@ class RoundLoop:
             content = _field(delta, "content")
             if isinstance(content, str):
                 text += content
+            for name in ("reasoning_content", "reasoning"):
+                reasoning = _field(delta, name)
+                if isinstance(reasoning, str):
+                    rnd.reasoning_chars += len(reasoning)
             fragments = _field(delta, "tool_calls") or []
             for fragment in fragments:
                 assembler.add(fragment)
@@ -269,19 +330,41 @@ class RoundLoop:
                 rnd.first_delta_at = _now()
         return text
 
-    async def _forward(self, rnd: Round, text: str) -> str:
-        """Sends text to the visitor; returns what is held back for later."""
-        sent = text
-        if not rnd.content and self.text:
-            if not text.strip():
-                return text  # hold whitespace until the round says something
-            text = text.lstrip()
-            sent = _separator(self.text) + text
+    async def _forward(self, rnd: Round, text: str) -> None:
+        """Sends a round's text on, so that whatever the model's whitespace,
+        rounds are joined by exactly one blank line.
+
+        Whitespace at the end of what was sent is held back until more text
+        follows (or the turn ends); a round's leading whitespace is held until
+        it says something, and dropped if it never does.
+        """
+        text = storable(rnd.carry + text)
+        rnd.carry = ""
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text, rnd.carry = text[:-1], text[-1]  # half an emoji: wait for the rest
         rnd.content += text
-        # Record before sending: the text counts as seen once it is handed on.
-        self.text += sent
-        await self.sink.delta(sent)
-        return ""
+        if not rnd.shown:
+            text = rnd.pending + text
+            if not text.strip():
+                rnd.pending = text
+                return
+            rnd.pending, rnd.shown = "", True
+            if self.text:  # earlier rounds said something
+                self._held, text = "", PARAGRAPH_BREAK + text.lstrip()
+        out = self._held + text
+        body = out.rstrip()
+        self._held = out[len(body) :]
+        if body:
+            # Record before sending: the text counts as seen once handed on.
+            self.text += body
+            await self.sink.delta(body)
+
+    async def _flush(self) -> None:
+        """Sends the whitespace held back at the end of the answer."""
+        held, self._held = self._held, ""
+        if held:
+            self.text += held
+            await self.sink.delta(held)
 
     async def _run_tool(self, call: ToolCall) -> dict[str, Any]:
         await self.sink.tool(call.name, "started")
@@ -322,6 +405,7 @@ def _assistant_message(rnd: Round) -> dict[str, Any]:
         "content": rnd.content or None,
         "tool_calls": [
             {
+                **call.extra,
                 "id": call.call_id,
                 "type": "function",
                 "function": {"name": call.name, "arguments": _json_or_empty(call.arguments)},
@@ -341,10 +425,28 @@ def _json_or_empty(arguments: str) -> str:
     return arguments
 
 
-def _separator(sent: str) -> str:
-    """What makes exactly one blank line after the text sent so far."""
-    trailing = sent[len(sent.rstrip()) :]
-    return "\n" * max(0, len(PARAGRAPH_BREAK) - trailing.count("\n"))
+def _failure(exc: Exception) -> Outcome:
+    if isinstance(exc, StreamError):
+        return Outcome(FAILED, exc.code, exc.detail)
+    return Outcome(FAILED, _error_code(exc), _describe(exc))
+
+
+def storable(text: str) -> str:
+    """Text any database stores and any browser shows: no NUL, no lone
+    surrogate (a provider can send both as JSON escapes)."""
+    text = text.replace("\x00", "\ufffd")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+KNOWN_CALL_FIELDS = frozenset({"index", "id", "type", "function"})
+
+
+def _extra_fields(fragment: Any) -> dict[str, Any]:
+    if isinstance(fragment, Mapping):
+        extra = {k: v for k, v in fragment.items() if k not in KNOWN_CALL_FIELDS}
+    else:
+        extra = dict(getattr(fragment, "model_extra", None) or {})
+    return {k: v for k, v in extra.items() if v is not None}
 
 
 def _field(obj: Any, name: str) -> Any:

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.services import bill_once
+from chat.limits import check_turn_allowed
 from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
-from chat.rounds import Round
+from chat.rounds import Round, storable
 
 logger = logging.getLogger("kookee.generations")
 
@@ -57,11 +60,23 @@ def history(conversation: Conversation) -> list[dict[str, Any]]:
 
 
 @transaction.atomic
-def start_turn(conversation_id: int, user_text: str, model: str) -> tuple[int, list[dict[str, Any]]]:
-    """Creates the turn; returns its id and the messages for the first round."""
+def start_turn(
+    conversation_id: int, user_text: str, model: str, client_address: str | None = None
+) -> tuple[int, list[dict[str, Any]]]:
+    """Creates the turn; returns its id and the messages for the first round.
+
+    Raises LimitReached, creating nothing, when the visitor is over a limit.
+    """
     conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+    check_turn_allowed(conversation.session_key, conversation.id, client_address)
     earlier = list(conversation.turns.order_by("-started_at", "-id")[: settings.KOOKEE_HISTORY_TURNS])
-    turn = Turn.objects.create(conversation=conversation, user_text=user_text, model=model)
+    turn = Turn.objects.create(
+        conversation=conversation,
+        user_text=user_text,
+        model=model,
+        client_address=client_address,
+        heartbeat_at=timezone.now(),
+    )
     conversation.save(update_fields=["updated_at"])
     messages = [{"role": "system", "content": _system_prompt()}]
     for past in reversed(earlier):
@@ -97,11 +112,11 @@ def record_generation(turn_id: int, rnd: Round) -> None:
         ToolCall.objects.bulk_create(
             ToolCall(
                 generation=generation,
-                call_id=call.call_id,
-                name=call.name,
-                arguments=call.arguments,
+                call_id=storable(call.call_id),
+                name=storable(call.name),
+                arguments=storable(call.arguments),
                 result="" if call.result is None else json.dumps(call.result),
-                error=call.error,
+                error=storable(call.error),
             )
             for call in rnd.tool_calls
         )
@@ -118,6 +133,61 @@ def record_generation(turn_id: int, rnd: Round) -> None:
         _ms(rnd.started_at, rnd.first_delta_at),
         _ms(rnd.started_at, generation.ended_at),
     )
+
+
+def checkpoint_turn(turn_id: int, *, text: str, round_number: int, input_tokens: int, output_tokens: int) -> None:
+    """Saves a running turn's text so far and its current round's usage
+    estimate; the heartbeat says its process is alive."""
+    Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING).update(
+        assistant_text=text,
+        heartbeat_at=timezone.now(),
+        checkpoint_round=round_number,
+        checkpoint_input_tokens=input_tokens,
+        checkpoint_output_tokens=output_tokens,
+    )
+
+
+def close_stale_turns(stale_after_seconds: float) -> list[int]:
+    """Closes the turns a dead process left streaming: interrupted, text as
+    of the last checkpoint, the round in flight estimated, billed once."""
+    cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
+    stale = Turn.objects.filter(status=Turn.Status.STREAMING, heartbeat_at__lt=cutoff)
+    closed = [turn_id for turn_id in stale.values_list("id", flat=True) if _close_stale_turn(turn_id, cutoff)]
+    if closed:
+        logger.warning("closed %s turn(s) left streaming by a lost process: %s", len(closed), closed)
+    return closed
+
+
+@transaction.atomic
+def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
+    # Claim it with a conditional update: another process sweeping at the
+    # same moment, or the turn's own process waking up, finds it taken.
+    claimed = Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING, heartbeat_at__lt=cutoff).update(
+        status=Turn.Status.INTERRUPTED, interrupted=True, error="process_lost", ended_at=timezone.now()
+    )
+    if not claimed:
+        return False
+    turn = Turn.objects.get(pk=turn_id)
+    number = turn.checkpoint_round
+    if number and not turn.generations.filter(round=number).exists():
+        Generation.objects.create(
+            turn=turn,
+            round=number,
+            input_tokens=turn.checkpoint_input_tokens,
+            output_tokens=turn.checkpoint_output_tokens,
+            usage_estimated=True,
+            started_at=turn.heartbeat_at,
+            ended_at=turn.heartbeat_at,
+        )
+    totals = turn.generations.aggregate(input=Sum("input_tokens"), output=Sum("output_tokens"))
+    bill_once(
+        turn_id,
+        model=turn.model,
+        input_tokens=totals["input"] or 0,
+        output_tokens=totals["output"] or 0,
+        estimated=True,
+    )
+    return True
 
 
 @transaction.atomic
@@ -144,7 +214,7 @@ def finish_turn(
         status=status,
         interrupted=status == Turn.Status.INTERRUPTED,
         assistant_text=text,
-        error=error[:200],
+        error=storable(error)[:200],
         ended_at=timezone.now(),
     )
     usages = [rnd.usage for rnd in rounds]

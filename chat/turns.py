@@ -1,10 +1,16 @@
 """One turn, run as its own task: stream the rounds to the visitor, then, in
-a `finally` that survives cancellation, save what they saw and bill once."""
+a `finally` that survives cancellation, save what they saw and bill once.
+
+While it runs, the turn is checkpointed (its text so far and a usage
+estimate) every KOOKEE_CHECKPOINT_SECONDS, so that if the process dies and no
+`finally` runs, the sweeper can still close and bill it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -21,20 +27,38 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 T = TypeVar("T")
 
 ERROR_MESSAGES = {
-    "provider_error": "The assistant's provider failed. Please try again.",
-    "bad_stream": "The assistant's provider sent something unreadable. Please try again.",
-    "incomplete_stream": "The answer was cut off by the provider. Please try again.",
+    "provider_unreachable": "The assistant can't be reached right now. Please try again in a moment.",
+    "provider_timeout": "The assistant took too long to start answering. Please try again.",
+    "provider_stalled": "The assistant stopped responding mid-answer. Please try again.",
+    "provider_rate_limited": "The assistant is busy right now. Please try again in a minute.",
+    "provider_unavailable": "The assistant is unavailable right now. Please try again in a moment.",
+    "provider_rejected": "The assistant could not take this request. Please try again later.",
+    "provider_error": "The assistant ran into an error. Please try again.",
+    "bad_stream": "The assistant sent something unreadable. Please try again.",
+    "incomplete_stream": "The answer was cut off. Please try again.",
     "round_limit": "The assistant took too many steps to answer. Please try rephrasing.",
     "server_error": "Something went wrong on our side. Please try again.",
 }
 
 
-class _Recorder:
+class VisitorGone(Exception):
+    """A frame could not be sent: the socket is closed."""
+
+
+class _Turn:
     """The round loop's sink: frames to the visitor, rounds to the database."""
 
     def __init__(self, turn_id: int, send: Send) -> None:
         self.turn_id = turn_id
-        self.send = send
+        self._send = send
+        self.started_sent = False
+        self.loop = RoundLoop(provider.open_stream, TOOLS, self, settings.KOOKEE_MAX_ROUNDS)
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        try:
+            await self._send(frame)
+        except Exception as exc:
+            raise VisitorGone from exc
 
     async def delta(self, text: str) -> None:
         await self.send({"type": "delta", "turn_id": self.turn_id, "text": text})
@@ -45,59 +69,93 @@ class _Recorder:
     async def round_ended(self, rnd: Round) -> None:
         await database_sync_to_async(services.record_generation)(self.turn_id, rnd)
 
+    async def checkpoints(self) -> None:
+        """Saves the text so far and a usage estimate, every few seconds."""
+        while True:
+            current = self.loop.rounds[-1] if self.loop.rounds else None
+            usage = current.usage if current else None
+            await database_sync_to_async(services.checkpoint_turn)(
+                self.turn_id,
+                text=self.loop.text,
+                round_number=current.number if current else 0,
+                input_tokens=usage.input_tokens if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0,
+            )
+            await asyncio.sleep(settings.KOOKEE_CHECKPOINT_SECONDS)
+
 
 async def run_turn(turn_id: int, messages: list[dict[str, Any]], send: Send) -> None:
-    """Runs a started turn to its end. Cancelling the task stops it."""
-    loop = RoundLoop(provider.open_stream, TOOLS, _Recorder(turn_id, send), settings.KOOKEE_MAX_ROUNDS)
+    """Runs a created turn to its end. Cancelling the task stops it."""
+    turn = _Turn(turn_id, send)
     outcome = Outcome(rounds.FAILED, "server_error")
+    checkpoints = asyncio.create_task(turn.checkpoints())
     try:
-        outcome = await loop.run(messages)
+        turn.started_sent = True
+        await turn.send({"type": "turn.started", "turn_id": turn_id})
+        outcome = await turn.loop.run(messages)
     except asyncio.CancelledError:
         outcome = Outcome(rounds.INTERRUPTED)
         raise
+    except VisitorGone:
+        outcome = Outcome(rounds.INTERRUPTED)
     except Exception:
         logger.exception("turn=%s failed", turn_id)
     finally:
-        await _survive_cancel(_end_turn(turn_id, loop, outcome, send))
+        checkpoints.cancel()
+        await _survive_cancel(_end_turn(turn, outcome))
 
 
-async def _end_turn(turn_id: int, loop: RoundLoop, outcome: Outcome, send: Send) -> None:
-    usage = await database_sync_to_async(services.finish_turn)(
-        turn_id,
-        status=outcome.status,
-        text=loop.text,
-        error=outcome.detail or outcome.error,
-        rounds=loop.rounds,
-        model=provider.model_name(),
-    )
+async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
+    loop = turn.loop
+    try:
+        usage = await database_sync_to_async(services.finish_turn)(
+            turn.turn_id,
+            status=outcome.status,
+            text=loop.text,
+            error=outcome.detail or outcome.error,
+            rounds=loop.rounds,
+            model=provider.model_name(),
+        )
+    except Exception:
+        # The database failed us. The turn stays "streaming" with its last
+        # checkpoint, and the sweeper closes and bills it; the visitor is told.
+        logger.exception("turn=%s could not be saved", turn.turn_id)
+        outcome = Outcome(rounds.FAILED, "server_error")
+        usages = [rnd.usage for rnd in loop.rounds]
+        usage = {
+            "input_tokens": sum(u.input_tokens for u in usages),
+            "output_tokens": sum(u.output_tokens for u in usages),
+            "estimated": True,
+        }
     logger.info(
         "turn=%s status=%s generations=%s error=%s",
-        turn_id,
+        turn.turn_id,
         outcome.status,
         len(loop.rounds),
         outcome.error or "-",
     )
+    if not turn.started_sent:
+        await _send_quietly(turn, {"type": "turn.started", "turn_id": turn.turn_id})
     if outcome.error:
         message = ERROR_MESSAGES.get(outcome.error, ERROR_MESSAGES["server_error"])
-        await _send_quietly(send, {"type": "error", "code": outcome.error, "message": message})
-    await _send_quietly(
-        send,
-        {
-            "type": "turn.ended",
-            "turn_id": turn_id,
-            "status": outcome.status,
-            "generations": len(loop.rounds),
-            "usage": usage,
-        },
-    )
+        error = {"type": "error", "turn_id": turn.turn_id, "code": outcome.error, "message": message}
+        await _send_quietly(turn, error)
+    ended = {
+        "type": "turn.ended",
+        "turn_id": turn.turn_id,
+        "status": outcome.status,
+        "generations": len(loop.rounds),
+        "usage": usage,
+    }
+    await _send_quietly(turn, ended)
 
 
-async def _send_quietly(send: Send, frame: dict[str, Any]) -> None:
+async def _send_quietly(turn: _Turn, frame: dict[str, Any]) -> None:
     # After a disconnect there is nobody to tell; the turn is saved anyway.
     try:
-        await send(frame)
-    except Exception:
-        logger.debug("frame not delivered: %s", frame.get("type"))
+        await turn.send(frame)
+    except VisitorGone:
+        logger.debug("turn=%s: %s not delivered", turn.turn_id, frame["type"])
 
 
 async def _survive_cancel(work: Awaitable[T]) -> T:
@@ -116,3 +174,26 @@ async def _survive_cancel(work: Awaitable[T]) -> T:
     if cancelled:
         raise asyncio.CancelledError
     return result
+
+
+# One sweeper per server process (per event loop), started by the first
+# connection: closes turns that a dead process left streaming.
+_sweepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
+
+
+def start_sweeper() -> None:
+    if settings.KOOKEE_SWEEP_SECONDS <= 0:
+        return
+    loop = asyncio.get_running_loop()
+    task = _sweepers.get(loop)
+    if task is None or task.done():
+        _sweepers[loop] = loop.create_task(_sweep_forever())
+
+
+async def _sweep_forever() -> None:
+    while True:
+        try:
+            await database_sync_to_async(services.close_stale_turns)(settings.KOOKEE_STALE_TURN_SECONDS)
+        except Exception:
+            logger.exception("sweeping stale turns failed")
+        await asyncio.sleep(settings.KOOKEE_SWEEP_SECONDS)

@@ -13,8 +13,19 @@ if (BASE_DIR / ".env").exists():
     environ.Env.read_env(BASE_DIR / ".env")
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
-SECRET_KEY = env("DJANGO_SECRET_KEY", default="dev-only-insecure-key-change-me")
+# Only local development may run on the built-in key; production sets its own.
+SECRET_KEY = env("DJANGO_SECRET_KEY") if not DEBUG else env("DJANGO_SECRET_KEY", default="dev-only-insecure-key")
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+
+if not DEBUG:
+    # Production is served over HTTPS, usually behind a proxy that says so.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=True)
+    SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=60 * 60 * 24 * 365)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
 
 INSTALLED_APPS = [
     "daphne",
@@ -92,12 +103,35 @@ OPENAI_API_KEY = env("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env("OPENAI_BASE_URL", default="")
 OPENAI_MODEL = env("OPENAI_MODEL", default="gpt-4o-mini")
 KOOKEE_OFFLINE_MODEL = "kookee-offline"
-# Seconds to wait for the provider to connect / between two chunks.
-KOOKEE_PROVIDER_TIMEOUT = env.float("KOOKEE_PROVIDER_TIMEOUT", default=60.0)
+# Provider faults. Seconds to connect; from the request to the first chunk;
+# between two chunks. Requests refused before their stream starts (429, 5xx,
+# connection failures) are retried this many times, backing off from
+# KOOKEE_PROVIDER_BACKOFF_SECONDS (doubling, or as Retry-After says).
+KOOKEE_PROVIDER_CONNECT_TIMEOUT = env.float("KOOKEE_PROVIDER_CONNECT_TIMEOUT", default=10.0)
+KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT = env.float("KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT", default=60.0)
+KOOKEE_PROVIDER_STALL_TIMEOUT = env.float("KOOKEE_PROVIDER_STALL_TIMEOUT", default=30.0)
+KOOKEE_PROVIDER_RETRIES = env.int("KOOKEE_PROVIDER_RETRIES", default=2)
+KOOKEE_PROVIDER_BACKOFF_SECONDS = env.float("KOOKEE_PROVIDER_BACKOFF_SECONDS", default=0.5)
 # Model calls per turn; the last allowed round must answer without tools.
 KOOKEE_MAX_ROUNDS = env.int("KOOKEE_MAX_ROUNDS", default=5)
 KOOKEE_MAX_OUTPUT_TOKENS = env.int("KOOKEE_MAX_OUTPUT_TOKENS", default=1024)
 KOOKEE_MAX_MESSAGE_CHARS = env.int("KOOKEE_MAX_MESSAGE_CHARS", default=4000)
+# Crash safety: a running turn saves its text and a usage estimate this
+# often; a turn whose last save is older than KOOKEE_STALE_TURN_SECONDS was
+# left by a dead process, and is closed and billed by the sweep that runs
+# every KOOKEE_SWEEP_SECONDS in each server process.
+KOOKEE_CHECKPOINT_SECONDS = env.float("KOOKEE_CHECKPOINT_SECONDS", default=1.0)
+KOOKEE_STALE_TURN_SECONDS = env.float("KOOKEE_STALE_TURN_SECONDS", default=30.0)
+KOOKEE_SWEEP_SECONDS = env.float("KOOKEE_SWEEP_SECONDS", default=30.0)
+# Limits. Frames per connection (a burst, then a steady rate; past it the
+# socket is closed); turns per minute per visitor session and per client
+# address; tokens per conversation and, for the whole site, per day.
+KOOKEE_FRAME_BURST = env.int("KOOKEE_FRAME_BURST", default=30)
+KOOKEE_FRAMES_PER_SECOND = env.float("KOOKEE_FRAMES_PER_SECOND", default=5.0)
+KOOKEE_TURNS_PER_MINUTE = env.int("KOOKEE_TURNS_PER_MINUTE", default=10)
+KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = env.int("KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS", default=60)
+KOOKEE_TOKENS_PER_CONVERSATION = env.int("KOOKEE_TOKENS_PER_CONVERSATION", default=500_000)
+KOOKEE_TOKENS_PER_DAY = env.int("KOOKEE_TOKENS_PER_DAY", default=20_000_000)
 # Earlier turns sent to the model as context.
 KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
 # Pace of the offline model: tokens per second and delay before the first one.

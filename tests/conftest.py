@@ -4,6 +4,12 @@ import pytest
 from tests.provider import ScriptedProvider
 
 
+@pytest.fixture(autouse=True)
+def no_background_sweeper(settings):
+    """Tests that need the stale-turn sweeper call it; none runs behind them."""
+    settings.KOOKEE_SWEEP_SECONDS = 0
+
+
 @pytest.fixture
 async def provider():
     """A scripted OpenAI-compatible server on a loopback port."""

@@ -110,6 +110,7 @@ class WaitFor:
 class HTTPError:
     status: int
     body: dict
+    headers: dict = field(default_factory=dict)
 
 
 # --- the server -----------------------------------------------------------------------------
@@ -187,8 +188,9 @@ class ScriptedProvider:
         if script and isinstance(script[0], HTTPError):
             error = script[0]
             payload = json.dumps(error.body).encode()
+            extra = "".join(f"{name}: {value}\r\n" for name, value in error.headers.items())
             writer.write(
-                f"HTTP/1.1 {error.status} Error\r\ncontent-type: application/json\r\n"
+                f"HTTP/1.1 {error.status} Error\r\ncontent-type: application/json\r\n{extra}"
                 f"content-length: {len(payload)}\r\nconnection: close\r\n\r\n".encode()
                 + payload
             )

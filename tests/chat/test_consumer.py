@@ -109,7 +109,8 @@ async def test_provider_error_mid_stream(chat, use_provider):
     assert chat.text_of(turn_id) == "Partial answer"
 
 
-async def test_provider_http_error_then_the_socket_still_works(chat, use_provider):
+async def test_provider_http_error_then_the_socket_still_works(chat, use_provider, settings):
+    settings.KOOKEE_PROVIDER_RETRIES = 0
     use_provider.queue([HTTPError(503, {"error": {"message": "unavailable"}})], answer("Back."))
     first = await chat.ask("hi")
     assert (await chat.finish(first))["status"] == "failed"
