@@ -15,10 +15,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from chat import provider, services
+from chat import provider, services, turns
 from chat.limits import FrameBudget, LimitReached
 from chat.rounds import storable
-from chat.turns import run_turn, start_sweeper
+from chat.turns import run_turn, start_background
 
 logger = logging.getLogger("kookee.consumers")
 
@@ -33,15 +33,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
     turn_task: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send) -> None:
+        turns.connections.add(asyncio.current_task())
         try:
             await super().__call__(scope, receive, send)
         finally:
+            turns.connections.discard(asyncio.current_task())
             # The server is shutting down (daphne cancels every connection on
             # SIGTERM): stop, save and bill the running turn before it exits.
             await self._cancel_turn()
 
     async def connect(self) -> None:
-        start_sweeper()
+        start_background()
         conversation = await database_sync_to_async(services.conversation_for_session)(self.scope["session"])
         if conversation is None:
             # No session cookie from GET /: refuse, as for a foreign origin.
@@ -118,7 +120,7 @@ def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, A
         return {}, ("bad_frame", "Frames must be JSON text, not binary.")
     try:
         frame = json.loads(text_data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return {}, ("bad_json", "The frame is not valid JSON.")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         return {}, ("bad_frame", 'A frame is a JSON object with a "type".')

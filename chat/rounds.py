@@ -338,10 +338,10 @@ class RoundLoop:
         follows (or the turn ends); a round's leading whitespace is held until
         it says something, and dropped if it never does.
         """
-        text = storable(rnd.carry + text)
-        rnd.carry = ""
-        if text and "\ud800" <= text[-1] <= "\udbff":
+        text, rnd.carry = rnd.carry + text, ""
+        if "\ud800" <= text[-1] <= "\udbff":
             text, rnd.carry = text[:-1], text[-1]  # half an emoji: wait for the rest
+        text = storable(text)
         rnd.content += text
         if not rnd.shown:
             text = rnd.pending + text
@@ -355,16 +355,24 @@ class RoundLoop:
         body = out.rstrip()
         self._held = out[len(body) :]
         if body:
-            # Record before sending: the text counts as seen once handed on.
-            self.text += body
-            await self.sink.delta(body)
+            await self._send(body)
 
     async def _flush(self) -> None:
         """Sends the whitespace held back at the end of the answer."""
         held, self._held = self._held, ""
         if held:
-            self.text += held
-            await self.sink.delta(held)
+            await self._send(held)
+
+    async def _send(self, text: str) -> None:
+        # Recorded before sending: a cancellation that lands during the send
+        # cannot tell whether it went out, and text handed on counts as seen.
+        # A send that fails did not go out.
+        self.text += text
+        try:
+            await self.sink.delta(text)
+        except Exception:
+            self.text = self.text[: -len(text)]
+            raise
 
     async def _run_tool(self, call: ToolCall) -> dict[str, Any]:
         await self.sink.tool(call.name, "started")

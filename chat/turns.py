@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -89,6 +90,7 @@ async def run_turn(turn_id: int, messages: list[dict[str, Any]], send: Send) -> 
     turn = _Turn(turn_id, send)
     outcome = Outcome(rounds.FAILED, "server_error")
     checkpoints = asyncio.create_task(turn.checkpoints())
+    _running.add(asyncio.current_task())
     try:
         turn.started_sent = True
         await turn.send({"type": "turn.started", "turn_id": turn_id})
@@ -102,7 +104,10 @@ async def run_turn(turn_id: int, messages: list[dict[str, Any]], send: Send) -> 
         logger.exception("turn=%s failed", turn_id)
     finally:
         checkpoints.cancel()
-        await _survive_cancel(_end_turn(turn, outcome))
+        try:
+            await _survive_cancel(_end_turn(turn, outcome))
+        finally:
+            _running.discard(asyncio.current_task())
 
 
 async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
@@ -176,12 +181,58 @@ async def _survive_cancel(work: Awaitable[T]) -> T:
     return result
 
 
+# The turns running in this process, for a graceful shutdown.
+_running: set[asyncio.Task] = set()
+SHUTDOWN_WAIT_SECONDS = 15
+
+
+# The connections open in this process, ended at shutdown after the turns.
+connections: set[asyncio.Task] = set()
+
+
+async def stop_running_turns() -> None:
+    """Stops every running turn and waits while each saves and bills, then
+    ends the connections (a coroutine left pending at exit can crash it)."""
+    for group in (_running, connections):
+        tasks = [task for task in group if not task.done()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            logger.info("shutting down: stopping %s task(s)", len(tasks))
+            await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_SECONDS)
+
+
+_shutdown_hooked = False
+
+
+def _hook_shutdown() -> None:
+    """Under daphne, stop running turns before the reactor stops on SIGTERM.
+
+    Daphne cancels its connections on shutdown too, but the consumer cannot
+    count on it (it fails on connections whose application already ended);
+    uvicorn sends every WebSocket a disconnect, which stops their turns.
+    """
+    global _shutdown_hooked
+    reactor = sys.modules.get("twisted.internet.reactor")
+    if _shutdown_hooked or reactor is None or not reactor.running:
+        return
+    from twisted.internet import defer
+
+    def before_shutdown() -> defer.Deferred:
+        return defer.Deferred.fromFuture(asyncio.ensure_future(stop_running_turns()))
+
+    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
+    _shutdown_hooked = True
+
+
 # One sweeper per server process (per event loop), started by the first
 # connection: closes turns that a dead process left streaming.
 _sweepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
 
 
-def start_sweeper() -> None:
+def start_background() -> None:
+    """Starts this process's sweeper and shutdown hook, once."""
+    _hook_shutdown()
     if settings.KOOKEE_SWEEP_SECONDS <= 0:
         return
     loop = asyncio.get_running_loop()

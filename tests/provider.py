@@ -169,8 +169,8 @@ class ScriptedProvider:
             script = self.scripts.pop(0) if self.scripts else [HTTPError(500, {"error": {"message": "no script"}})]
             await self._play(script, writer, request)
             await watcher
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # the client went away, or the test is over
         finally:
             writer.close()
             self._handlers.discard(asyncio.current_task())
@@ -213,6 +213,8 @@ class ScriptedProvider:
             data = step if isinstance(step, bytes) else f"data: {json.dumps(step)}\n\n".encode()
             writer.write(b"%x\r\n%s\r\n" % (len(data), data))
             await writer.drain()
+        if request.hung_up.is_set():
+            return
         request.finished = True
         writer.write(b"0\r\n\r\n")
         await writer.drain()

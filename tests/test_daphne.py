@@ -54,7 +54,7 @@ def daphne(tmp_path: Path, **env: str):
     )
     try:
         _wait_until_listening(port, process)
-        yield f"127.0.0.1:{port}", database
+        yield f"127.0.0.1:{port}", database, process
     finally:
         process.terminate()
         process.wait(timeout=10)
@@ -130,7 +130,7 @@ def _stored(database: Path, turn_id: int) -> tuple[str, int, str, int, int]:
 @pytest.fixture
 def offline_server(tmp_path):
     with daphne(tmp_path, KOOKEE_OFFLINE_TOKENS_PER_SECOND="60", KOOKEE_OFFLINE_FIRST_TOKEN_MS="50") as server:
-        yield server
+        yield server[:2]
 
 
 async def test_offline_model_over_daphne(offline_server):
@@ -180,7 +180,7 @@ async def test_stop_closes_the_provider_request(tmp_path):
     url = await provider.start()
     provider.queue([text("Streaming"), text(" slowly"), WaitFor(asyncio.Event()), text(" never")])
     try:
-        with daphne(tmp_path, OPENAI_BASE_URL=url, OPENAI_API_KEY="test-key") as (address, database):
+        with daphne(tmp_path, OPENAI_BASE_URL=url, OPENAI_API_KEY="test-key") as (address, database, _):
             async with _connect(address, _session_cookie(address)) as socket:
                 visitor = Visitor(socket)
                 turn_id = (await visitor.ask("hi"))["turn_id"]
@@ -198,3 +198,74 @@ async def test_stop_closes_the_provider_request(tmp_path):
             assert _stored(database, turn_id) == ("interrupted", 1, "Streaming slowly", 1, 1)
     finally:
         await provider.stop()
+
+
+async def _wait_for_row(database: Path, turn_id: int, predicate) -> tuple:
+    """Polls the database a server process writes, with a bound."""
+    async with asyncio.timeout(15):
+        while not predicate(row := _stored(database, turn_id)):  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+    return row
+
+
+@pytest.fixture
+async def slow_provider():
+    provider = ScriptedProvider()
+    provider.url = await provider.start()
+    provider.queue([text("Before"), text(" the end"), WaitFor(asyncio.Event())])
+    yield provider
+    await provider.stop()
+
+
+def _checkpoint_text(database: Path, turn_id: int) -> str:
+    with sqlite3.connect(database) as db:
+        return db.execute("select assistant_text from chat_turn where id = ?", [turn_id]).fetchone()[0]
+
+
+async def test_a_killed_process_leaves_a_turn_the_next_one_closes_and_bills(tmp_path, slow_provider):
+    env = {
+        "OPENAI_BASE_URL": slow_provider.url,
+        "OPENAI_API_KEY": "test-key",
+        "KOOKEE_CHECKPOINT_SECONDS": "0.1",
+        "KOOKEE_STALE_TURN_SECONDS": "1",
+        "KOOKEE_SWEEP_SECONDS": "0.5",
+    }
+    with daphne(tmp_path, **env) as (address, database, process):
+        async with _connect(address, _session_cookie(address)) as socket:
+            visitor = Visitor(socket)
+            turn_id = (await visitor.ask("hi"))["turn_id"]
+            while visitor.text_of(turn_id) != "Before the end":
+                await visitor.receive_until("delta")
+            await _wait_for_row(database, turn_id, lambda row: row[2] == "Before the end")
+            process.kill()  # SIGKILL: no finally runs
+            process.wait()
+    assert _stored(database, turn_id) == ("streaming", 0, "Before the end", 0, 0)
+
+    with daphne(tmp_path, **env) as (address, database, _):
+        async with _connect(address, _session_cookie(address)):  # a visitor arrives; the sweeper runs
+            row = await _wait_for_row(database, turn_id, lambda row: row[0] != "streaming")
+    assert row == ("interrupted", 1, "Before the end", 1, 1)
+    with sqlite3.connect(database) as db:
+        estimated, error = db.execute(
+            "select l.estimated, t.error from billing_ledgerentry l join chat_turn t on t.id = l.turn_id"
+        ).fetchone()
+    assert (estimated, error) == (1, "process_lost")
+
+
+async def test_sigterm_stops_saves_and_bills_running_turns(tmp_path, slow_provider):
+    env = {"OPENAI_BASE_URL": slow_provider.url, "OPENAI_API_KEY": "test-key"}
+    with daphne(tmp_path, **env) as (address, database, process):
+        async with _connect(address, _session_cookie(address)) as socket:
+            visitor = Visitor(socket)
+            turn_id = (await visitor.ask("hi"))["turn_id"]
+            while visitor.text_of(turn_id) != "Before the end":
+                await visitor.receive_until("delta")
+            process.terminate()  # SIGTERM: a normal deploy
+            assert await asyncio.to_thread(process.wait, 20) == 0
+            try:
+                while True:
+                    await visitor.receive()
+            except websockets.ConnectionClosed:
+                pass
+    assert _stored(database, turn_id) == ("interrupted", 1, visitor.text_of(turn_id), 1, 1)
+    assert slow_provider.requests[0].hung_up_early

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from chat.rounds import Round, RoundLoop, Tool
+from chat.rounds import Round, RoundLoop, Tool, Usage
 from tests.provider import (
     CHUNK_BASE,
     DONE,
@@ -604,3 +604,144 @@ async def test_cancelling_while_the_sink_is_busy_still_closes_the_request(provid
     async with asyncio.timeout(5):
         await request.hung_up.wait()
     assert request.hung_up_early
+
+
+# --- regressions from review: whitespace, odd characters, broken tails --------------------
+
+
+async def test_a_whitespace_only_tool_round_adds_nothing(provider, open_stream):
+    provider.queue(
+        [text("\n\n"), tool_fragment(0, "c1", "search_help_center", '{"query": "x"}'), finish("tool_calls"), DONE],
+        answer("Found it."),
+    )
+    _, _, sink, _ = await run(open_stream)
+    assert sink.text == "Found it."
+
+
+async def test_many_trailing_newlines_still_make_one_blank_line(provider, open_stream):
+    provider.queue(
+        [text("Let me check.\n\n\n"), tool_fragment(0, "c1", "search_help_center", "{}"), finish("tool_calls"), DONE],
+        answer("Found it."),
+    )
+    _, _, sink, _ = await run(open_stream)
+    assert sink.text == "Let me check.\n\nFound it."
+
+
+async def test_a_single_answer_keeps_its_own_whitespace(provider, open_stream):
+    provider.queue([text(" Hello"), text(" there.\n"), finish("stop"), usage(1, 2), DONE])
+    _, loop, sink, _ = await run(open_stream)
+    assert sink.text == loop.text == " Hello there.\n"
+
+
+async def test_a_stopped_answer_holds_no_unsent_text(provider, open_stream):
+    """Whitespace held back at Stop was never sent, so it is not stored."""
+    release = asyncio.Event()
+    provider.queue([text("Line one.\n"), WaitFor(release), text("never"), finish("stop"), DONE])
+    got = asyncio.Event()
+
+    class SignallingSink(Sink):
+        async def delta(self, text):
+            await super().delta(text)
+            got.set()
+
+    sink = SignallingSink()
+    loop = RoundLoop(open_stream, [], sink, 5)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    async with asyncio.timeout(5):
+        await got.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sink.text == loop.text == "Line one."
+
+
+async def test_an_emoji_split_across_chunks_arrives_whole(provider, open_stream):
+    provider.queue([text("Smile \ud83d"), text("\ude00 done"), finish("stop"), DONE])
+    _, _, sink, _ = await run(open_stream)
+    assert sink.text == "Smile \U0001f600 done"
+
+
+async def test_nul_and_lone_surrogates_are_replaced(provider, open_stream):
+    provider.queue([text("a\x00b \udc00c"), finish("stop"), DONE])
+    _, _, sink, _ = await run(open_stream)
+    assert sink.text == "a\ufffdb \ufffdc"
+    sink.text.encode("utf-8")  # storable and sendable
+
+
+async def test_a_broken_tail_after_finish_reason_does_not_fail_the_round(provider, open_stream):
+    provider.queue([text("All said."), finish("stop"), usage(9, 3), {"error": {"message": "late hiccup"}}])
+    outcome, loop, _, _ = await run(open_stream)
+    assert outcome.status == "completed"
+    assert loop.rounds[0].usage == Usage(9, 3, False)
+
+
+async def test_one_index_reused_by_whole_calls_without_ids(provider, open_stream):
+    provider.queue(
+        [
+            tool_fragment(0, None, "search_help_center", '{"query": "a"}'),
+            tool_fragment(0, None, "search_help_center", '{"query": "b"}'),
+            finish("tool_calls"),
+            DONE,
+        ],
+        answer("Done."),
+    )
+    _, _, _, search = await run(open_stream)
+    assert search.queries == ["a", "b"]
+
+
+async def test_a_providers_extra_call_fields_go_back_with_the_call(provider, open_stream):
+    signature = {"google": {"thought_signature": "c2lnbmF0dXJl"}}
+    call = {
+        "index": 0,
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "search_help_center", "arguments": '{"query": "sso"}'},
+        "extra_content": signature,
+    }
+    provider.queue([chunk(delta={"tool_calls": [call]}), finish("tool_calls"), DONE], answer("Done."))
+    await run(open_stream)
+    echoed = provider.requests[1].body["messages"][-2]["tool_calls"][0]
+    assert echoed["extra_content"] == signature
+    assert echoed["id"] == "c1"
+
+
+async def test_a_round_stopped_mid_reasoning_estimates_its_output(provider, open_stream):
+    # The visible text after the reasoning tells the test the reasoning was read.
+    provider.queue([chunk(delta={"reasoning_content": "x" * 400}), text("A"), WaitFor(asyncio.Event())])
+    got = asyncio.Event()
+
+    class SignallingSink(Sink):
+        async def delta(self, text):
+            await super().delta(text)
+            got.set()
+
+    loop = RoundLoop(open_stream, [], SignallingSink(), 5)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    async with asyncio.timeout(5):
+        await got.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert loop.rounds[0].usage.output_tokens == 101  # 401 characters, ~4 per token
+    assert loop.rounds[0].usage.estimated is True
+
+
+async def test_running_usage_on_a_stopped_round_is_an_estimate(provider, open_stream):
+    provider.queue([text("Hello world, this is long", usage=_usage(40, 1)), WaitFor(asyncio.Event())])
+    got = asyncio.Event()
+
+    class SignallingSink(Sink):
+        async def delta(self, text):
+            await super().delta(text)
+            got.set()
+
+    loop = RoundLoop(open_stream, [], SignallingSink(), 5)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    async with asyncio.timeout(5):
+        await got.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    usage_now = loop.rounds[0].usage
+    assert (usage_now.input_tokens, usage_now.estimated) == (40, True)
+    assert usage_now.output_tokens == 7  # 25 characters, more than the stale running total of 1

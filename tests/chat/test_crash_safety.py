@@ -1,0 +1,203 @@
+"""Nothing lost: checkpoints while a turn runs, the sweeper that closes turns
+a dead process left, and endings where the database or the socket fails."""
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from channels.db import database_sync_to_async
+from django.utils import timezone
+
+from billing.models import LedgerEntry
+from chat import services, turns
+from chat.models import Conversation, Generation, ToolCall, Turn
+from tests.chat.chat_client import ChatClient
+from tests.provider import WaitFor, answer, finish, text, tool_fragment, usage
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+async def chat(use_provider):
+    client = await ChatClient.connect()
+    yield client
+    await client.close()
+
+
+def get_turn(turn_id):
+    return database_sync_to_async(Turn.objects.get)(pk=turn_id)
+
+
+async def eventually(check, timeout=5):
+    """Polls a database condition with a bound (there is no event to wait on)."""
+    async with asyncio.timeout(timeout):
+        while not await database_sync_to_async(check)():  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+# --- checkpoints -------------------------------------------------------------------------
+
+
+async def test_a_running_turn_is_checkpointed(chat, use_provider, settings):
+    settings.KOOKEE_CHECKPOINT_SECONDS = 0.05
+    use_provider.queue([text("Saved"), text(" so far"), WaitFor(asyncio.Event())])
+    turn_id = await chat.ask("hi")
+    while chat.text_of(turn_id) != "Saved so far":
+        await chat.receive_until("delta", turn_id=turn_id)
+
+    def checkpointed():
+        turn = Turn.objects.get(pk=turn_id)
+        return turn.assistant_text == "Saved so far" and turn.checkpoint_output_tokens > 0
+
+    await eventually(checkpointed)
+    turn = await get_turn(turn_id)
+    assert turn.status == "streaming"
+    assert turn.checkpoint_round == 1
+    assert turn.checkpoint_input_tokens > 0
+    assert timezone.now() - turn.heartbeat_at < timedelta(seconds=5)
+    await chat.send({"type": "stop"})
+    await chat.finish(turn_id)
+
+
+async def test_checkpoints_are_timed_not_per_token(chat, use_provider, settings):
+    settings.KOOKEE_CHECKPOINT_SECONDS = 3600
+    use_provider.queue([*[text(f" w{n}") for n in range(50)], WaitFor(asyncio.Event())])
+    turn_id = await chat.ask("hi")
+    while not chat.text_of(turn_id).endswith(" w49"):
+        await chat.receive_until("delta", turn_id=turn_id)
+    turn = await get_turn(turn_id)
+    assert turn.assistant_text == ""  # only the checkpoint at the start was written
+    await chat.send({"type": "stop"})
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "interrupted"
+
+
+# --- the sweeper -------------------------------------------------------------------------
+
+
+def stale_turn(*, minutes_ago=5, checkpoint_round=2, recorded_rounds=1):
+    conversation = Conversation.objects.create(session_key="dead-process")
+    heartbeat = timezone.now() - timedelta(minutes=minutes_ago)
+    turn = Turn.objects.create(
+        conversation=conversation,
+        user_text="question",
+        assistant_text="Checkpointed text",
+        model="gpt-4o-mini",
+        heartbeat_at=heartbeat,
+        checkpoint_round=checkpoint_round,
+        checkpoint_input_tokens=200,
+        checkpoint_output_tokens=20,
+    )
+    for number in range(1, recorded_rounds + 1):
+        Generation.objects.create(
+            turn=turn,
+            round=number,
+            finish_reason="tool_calls",
+            input_tokens=100,
+            output_tokens=10,
+            started_at=heartbeat,
+            ended_at=heartbeat,
+        )
+    return turn
+
+
+def test_the_sweeper_closes_and_bills_a_turn_a_dead_process_left():
+    turn = stale_turn()
+    assert services.close_stale_turns(stale_after_seconds=30) == [turn.id]
+    turn.refresh_from_db()
+    assert (turn.status, turn.interrupted, turn.error) == ("interrupted", True, "process_lost")
+    assert turn.assistant_text == "Checkpointed text"
+    rounds = list(turn.generations.values_list("round", "input_tokens", "output_tokens", "usage_estimated"))
+    assert rounds == [(1, 100, 10, False), (2, 200, 20, True)]
+    entry = LedgerEntry.objects.get(turn=turn)
+    assert (entry.input_tokens, entry.output_tokens, entry.estimated) == (300, 30, True)
+
+
+def test_the_sweeper_bills_once():
+    turn = stale_turn()
+    services.close_stale_turns(stale_after_seconds=30)
+    assert services.close_stale_turns(stale_after_seconds=30) == []
+    assert LedgerEntry.objects.filter(turn=turn).count() == 1
+
+
+def test_the_sweeper_leaves_live_turns_alone():
+    turn = stale_turn(minutes_ago=0)
+    assert services.close_stale_turns(stale_after_seconds=30) == []
+    turn.refresh_from_db()
+    assert turn.status == "streaming"
+    assert not LedgerEntry.objects.filter(turn=turn).exists()
+
+
+def test_a_recorded_round_is_not_estimated_again():
+    turn = stale_turn(checkpoint_round=1, recorded_rounds=1)
+    services.close_stale_turns(stale_after_seconds=30)
+    assert turn.generations.count() == 1
+    entry = LedgerEntry.objects.get(turn=turn)
+    assert (entry.input_tokens, entry.output_tokens) == (100, 10)
+
+
+async def test_a_finished_turn_cannot_be_swept_by_its_own_late_checkpoint(chat, use_provider):
+    use_provider.queue(answer("Done."))
+    turn_id = await chat.ask("hi")
+    await chat.finish(turn_id)
+    await database_sync_to_async(services.checkpoint_turn)(
+        turn_id, text="stale", round_number=1, input_tokens=1, output_tokens=1
+    )
+    turn = await get_turn(turn_id)
+    assert (turn.status, turn.assistant_text) == ("completed", "Done.")
+
+
+# --- endings where the database or the socket fails ----------------------------------------
+
+
+async def test_a_failed_final_write_still_ends_the_turn_and_the_sweeper_bills_it(chat, use_provider, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("database is locked")
+
+    monkeypatch.setattr(services, "finish_turn", broken)
+    use_provider.queue(answer("Hello there."))
+    turn_id = await chat.ask("hi")
+    error = await chat.receive_until("error", turn_id=turn_id)
+    assert error["code"] == "server_error"
+    ended = await chat.receive_until("turn.ended", turn_id=turn_id)
+    assert ended["status"] == "failed"
+    assert await chat.communicator.receive_nothing(timeout=0.2)
+    monkeypatch.undo()
+
+    closed = await database_sync_to_async(services.close_stale_turns)(stale_after_seconds=0)
+    assert closed == [turn_id]
+    entries = await database_sync_to_async(LedgerEntry.objects.filter(turn_id=turn_id).count)()
+    assert entries == 1
+
+
+async def test_a_long_tool_call_id_is_stored(chat, use_provider):
+    long_id = "call_" + "x" * 600  # LiteLLM packs provider signatures into ids
+    use_provider.queue(
+        [tool_fragment(0, long_id, "search_help_center", '{"query": "sso"}'), finish("tool_calls"), usage(5, 5)],
+        answer("SSO is on Business."),
+    )
+    turn_id = await chat.ask("sso?")
+    assert (await chat.finish(turn_id))["status"] == "completed"
+    stored = await database_sync_to_async(ToolCall.objects.get)()
+    assert stored.call_id == long_id
+    assert use_provider.requests[1].body["messages"][-1]["tool_call_id"] == long_id
+
+
+async def test_a_socket_that_cannot_send_interrupts_the_turn(use_provider):
+    client = await ChatClient.connect()
+    await client.close()
+    conversation = await database_sync_to_async(Conversation.objects.get)()
+    turn_id, messages = await database_sync_to_async(services.start_turn)(conversation.id, "hi", "gpt-4o-mini")
+    sent = []
+
+    async def send(frame):
+        if frame["type"] == "delta":
+            raise ConnectionResetError("client disconnected")
+        sent.append(frame["type"])
+
+    use_provider.queue(answer("Nobody reads this."))
+    await turns.run_turn(turn_id, messages, send)
+    turn = await get_turn(turn_id)
+    assert (turn.status, turn.interrupted, turn.assistant_text) == ("interrupted", True, "")  # nothing got out
+    assert await database_sync_to_async(LedgerEntry.objects.filter(turn_id=turn_id).count)() == 1
+    assert sent == ["turn.started", "turn.ended"]
