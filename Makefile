@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint format bench clean
+.PHONY: run test format bench load clean
 
 $(VENV)/installed: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,3 +32,6 @@ clean:
 
 bench: $(VENV)/installed
 	$(PY) bench/stop_latency.py
+
+load: $(VENV)/installed
+	$(PY) bench/load.py 200 3

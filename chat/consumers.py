@@ -58,6 +58,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self.frames.take():
+            await self._cancel_turn()  # now, not when the close handshake ends
             await self._error("flood", "Too many frames; the connection is closed. Reload to continue.")
             await self.close(code=CLOSE_FLOOD)
             return

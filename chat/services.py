@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -135,16 +136,29 @@ def record_generation(turn_id: int, rnd: Round) -> None:
     )
 
 
-def checkpoint_turn(turn_id: int, *, text: str, round_number: int, input_tokens: int, output_tokens: int) -> None:
-    """Saves a running turn's text so far and its current round's usage
-    estimate; the heartbeat says its process is alive."""
-    Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING).update(
-        assistant_text=text,
-        heartbeat_at=timezone.now(),
-        checkpoint_round=round_number,
-        checkpoint_input_tokens=input_tokens,
-        checkpoint_output_tokens=output_tokens,
-    )
+@dataclass(frozen=True)
+class Checkpoint:
+    turn_id: int
+    text: str
+    round_number: int
+    input_tokens: int
+    output_tokens: int
+
+
+@transaction.atomic
+def checkpoint_turns(checkpoints: list[Checkpoint]) -> None:
+    """Saves running turns' text so far and their current round's usage
+    estimate, in one transaction; the heartbeat says their process lives."""
+    now = timezone.now()
+    for checkpoint in checkpoints:
+        # A turn that has ended meanwhile keeps its final state.
+        Turn.objects.filter(pk=checkpoint.turn_id, status=Turn.Status.STREAMING).update(
+            assistant_text=checkpoint.text,
+            heartbeat_at=now,
+            checkpoint_round=checkpoint.round_number,
+            checkpoint_input_tokens=checkpoint.input_tokens,
+            checkpoint_output_tokens=checkpoint.output_tokens,
+        )
 
 
 def close_stale_turns(stale_after_seconds: float) -> list[int]:

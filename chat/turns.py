@@ -1,9 +1,9 @@
 """One turn, run as its own task: stream the rounds to the visitor, then, in
 a `finally` that survives cancellation, save what they saw and bill once.
 
-While it runs, the turn is checkpointed (its text so far and a usage
+While turns run, they are checkpointed together (text so far and a usage
 estimate) every KOOKEE_CHECKPOINT_SECONDS, so that if the process dies and no
-`finally` runs, the sweeper can still close and bill it.
+`finally` runs, the sweeper can still close and bill them.
 """
 
 from __future__ import annotations
@@ -70,27 +70,51 @@ class _Turn:
     async def round_ended(self, rnd: Round) -> None:
         await database_sync_to_async(services.record_generation)(self.turn_id, rnd)
 
-    async def checkpoints(self) -> None:
-        """Saves the text so far and a usage estimate, every few seconds."""
-        while True:
-            current = self.loop.rounds[-1] if self.loop.rounds else None
-            usage = current.usage if current else None
-            await database_sync_to_async(services.checkpoint_turn)(
-                self.turn_id,
-                text=self.loop.text,
-                round_number=current.number if current else 0,
-                input_tokens=usage.input_tokens if usage else 0,
-                output_tokens=usage.output_tokens if usage else 0,
-            )
-            await asyncio.sleep(settings.KOOKEE_CHECKPOINT_SECONDS)
+    def checkpoint(self) -> services.Checkpoint:
+        """The text so far and the current round's usage estimate."""
+        current = self.loop.rounds[-1] if self.loop.rounds else None
+        usage = current.usage if current else None
+        return services.Checkpoint(
+            turn_id=self.turn_id,
+            text=self.loop.text,
+            round_number=current.number if current else 0,
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+        )
+
+
+# The turns running in this process: checkpointed together, stopped together.
+_live: dict[asyncio.Task, _Turn] = {}
+_checkpointers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
+
+
+def _start_checkpointer() -> None:
+    loop = asyncio.get_running_loop()
+    task = _checkpointers.get(loop)
+    if task is None or task.done():
+        _checkpointers[loop] = loop.create_task(_checkpoint_forever())
+
+
+async def _checkpoint_forever() -> None:
+    """Every few seconds, saves all running turns in one transaction: one
+    write per second for the process, not one per turn, never one per token."""
+    while True:
+        await asyncio.sleep(settings.KOOKEE_CHECKPOINT_SECONDS)
+        checkpoints = [turn.checkpoint() for task, turn in _live.items() if not task.done()]
+        if not checkpoints:
+            continue
+        try:
+            await database_sync_to_async(services.checkpoint_turns)(checkpoints)
+        except Exception:
+            logger.exception("checkpointing %s turn(s) failed", len(checkpoints))
 
 
 async def run_turn(turn_id: int, messages: list[dict[str, Any]], send: Send) -> None:
     """Runs a created turn to its end. Cancelling the task stops it."""
     turn = _Turn(turn_id, send)
     outcome = Outcome(rounds.FAILED, "server_error")
-    checkpoints = asyncio.create_task(turn.checkpoints())
-    _running.add(asyncio.current_task())
+    _live[asyncio.current_task()] = turn
+    _start_checkpointer()
     try:
         turn.started_sent = True
         await turn.send({"type": "turn.started", "turn_id": turn_id})
@@ -103,11 +127,10 @@ async def run_turn(turn_id: int, messages: list[dict[str, Any]], send: Send) -> 
     except Exception:
         logger.exception("turn=%s failed", turn_id)
     finally:
-        checkpoints.cancel()
         try:
             await _survive_cancel(_end_turn(turn, outcome))
         finally:
-            _running.discard(asyncio.current_task())
+            del _live[asyncio.current_task()]
 
 
 async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
@@ -181,8 +204,6 @@ async def _survive_cancel(work: Awaitable[T]) -> T:
     return result
 
 
-# The turns running in this process, for a graceful shutdown.
-_running: set[asyncio.Task] = set()
 SHUTDOWN_WAIT_SECONDS = 15
 
 
@@ -193,7 +214,7 @@ connections: set[asyncio.Task] = set()
 async def stop_running_turns() -> None:
     """Stops every running turn and waits while each saves and bills, then
     ends the connections (a coroutine left pending at exit can crash it)."""
-    for group in (_running, connections):
+    for group in (list(_live), connections):
         tasks = [task for task in group if not task.done()]
         for task in tasks:
             task.cancel()

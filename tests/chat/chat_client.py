@@ -67,7 +67,10 @@ class ChatClient:
         return "".join(f["text"] for f in self.frames if f["type"] == "delta" and f["turn_id"] == turn_id)
 
     async def close(self) -> None:
-        await self.communicator.disconnect()
+        # A receive that timed out has cancelled the app already: disconnecting
+        # it again would raise CancelledError and skip the database teardown.
+        if not self.communicator.future.done():
+            await self.communicator.disconnect()
 
 
 @database_sync_to_async

@@ -66,7 +66,7 @@ async def test_checkpoints_are_timed_not_per_token(chat, use_provider, settings)
     while not chat.text_of(turn_id).endswith(" w49"):
         await chat.receive_until("delta", turn_id=turn_id)
     turn = await get_turn(turn_id)
-    assert turn.assistant_text == ""  # only the checkpoint at the start was written
+    assert turn.assistant_text == ""  # no checkpoint yet: none per token
     await chat.send({"type": "stop"})
     ended = await chat.finish(turn_id)
     assert ended["status"] == "interrupted"
@@ -140,9 +140,8 @@ async def test_a_finished_turn_cannot_be_swept_by_its_own_late_checkpoint(chat, 
     use_provider.queue(answer("Done."))
     turn_id = await chat.ask("hi")
     await chat.finish(turn_id)
-    await database_sync_to_async(services.checkpoint_turn)(
-        turn_id, text="stale", round_number=1, input_tokens=1, output_tokens=1
-    )
+    late = services.Checkpoint(turn_id, text="stale", round_number=1, input_tokens=1, output_tokens=1)
+    await database_sync_to_async(services.checkpoint_turns)([late])
     turn = await get_turn(turn_id)
     assert (turn.status, turn.assistant_text) == ("completed", "Done.")
 

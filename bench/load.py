@@ -1,0 +1,194 @@
+"""Load test: many concurrent conversations against ONE daphne process, with
+random Stops and disconnects, then every turn checked against the database.
+
+Each visitor gets a session from GET /, opens /ws/chat/ and asks several
+questions of the built-in offline model; each turn ends one of three ways:
+read to the end, Stop after a few deltas, or the socket dropped mid-answer
+(the visitor reconnects for the next question). Afterwards, for every turn:
+
+- exactly one turn.ended for each turn.started the visitor saw, nothing after it;
+- the stored text equals what the visitor received (for a dropped socket: it
+  starts with what was received, the rest went to a closed socket);
+- exactly one ledger entry; no turn left streaming.
+
+    .venv/bin/python bench/load.py [visitors] [turns-per-visitor]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.test_daphne import _connect, _session_cookie, daphne
+
+QUESTIONS = [
+    "hi",
+    "What can you do?",
+    "How do I install the feedback widget on my website?",
+    "How do I get a refund? And how do I export my data?",
+    "Can I use SAML single sign-on with Okta?",
+    "How do webhooks work?",
+]
+
+
+@dataclass
+class TurnSeen:
+    turn_id: int
+    ending: str  # "read", "stop" or "drop"
+    text: str = ""
+    ended: list[dict] = field(default_factory=list)
+    after_end: int = 0
+    first_delta: float | None = None
+    stop_latency: float | None = None
+    asked_at: float = 0.0
+
+
+async def visitor(address: str, cookie: str, turns: int, rng: random.Random, seen: list[TurnSeen]) -> None:
+    socket = await _connect(address, cookie).__aenter__()
+    try:
+        for _ in range(turns):
+            ending = rng.choices(["read", "stop", "drop"], weights=[6, 3, 1])[0]
+            turn = await one_turn(socket, rng.choice(QUESTIONS), ending, rng)
+            seen.append(turn)
+            if ending == "drop":
+                await socket.close()
+                socket = await _connect(address, cookie).__aenter__()
+    finally:
+        await socket.close()
+
+
+async def one_turn(socket, question: str, ending: str, rng: random.Random) -> TurnSeen:
+    asked = time.perf_counter()
+    await socket.send(json.dumps({"type": "message", "text": question}))
+    frame = await receive(socket)
+    assert frame["type"] == "turn.started", frame
+    turn = TurnSeen(frame["turn_id"], ending, asked_at=asked)
+    stop_after = rng.randint(1, 8)
+    deltas = 0
+    stop_sent = None
+    while True:
+        frame = await receive(socket)
+        if frame.get("turn_id") != turn.turn_id:
+            continue
+        if turn.ended:
+            turn.after_end += 1
+        if frame["type"] == "delta":
+            turn.text += frame["text"]
+            deltas += 1
+            turn.first_delta = turn.first_delta or time.perf_counter() - asked
+            if deltas == stop_after and ending == "stop":
+                stop_sent = time.perf_counter()
+                await socket.send(json.dumps({"type": "stop"}))
+            if deltas == stop_after and ending == "drop":
+                return turn
+        elif frame["type"] == "turn.ended":
+            turn.ended.append(frame)
+            if stop_sent:
+                turn.stop_latency = time.perf_counter() - stop_sent
+            # Anything of the turn after its end would arrive right behind it.
+            try:
+                while True:
+                    late = json.loads(await asyncio.wait_for(socket.recv(), 0.05))
+                    turn.after_end += late.get("turn_id") == turn.turn_id
+            except TimeoutError:
+                pass
+            return turn
+
+
+async def receive(socket) -> dict:
+    return json.loads(await asyncio.wait_for(socket.recv(), 60))
+
+
+def check(database: Path, seen: list[TurnSeen]) -> list[str]:
+    problems = []
+    with sqlite3.connect(database) as db:
+        rows = {
+            turn_id: (status, text, entries)
+            for turn_id, status, text, entries in db.execute(
+                "select t.id, t.status, t.assistant_text,"
+                " (select count(*) from billing_ledgerentry l where l.turn_id = t.id) from chat_turn t"
+            )
+        }
+    for turn in seen:
+        status, text, entries = rows[turn.turn_id]
+        if entries != 1:
+            problems.append(f"turn {turn.turn_id}: {entries} ledger entries")
+        if status == "streaming":
+            problems.append(f"turn {turn.turn_id}: left streaming")
+        if turn.ending == "drop":
+            if not text.startswith(turn.text):
+                problems.append(f"turn {turn.turn_id}: stored text does not start with what was received")
+            continue
+        if len(turn.ended) != 1 or turn.after_end:
+            problems.append(f"turn {turn.turn_id}: {len(turn.ended)} turn.ended, {turn.after_end} frames after")
+        if text != turn.text:
+            problems.append(f"turn {turn.turn_id}: stored text differs from the deltas received")
+        if turn.ended and turn.ended[0]["status"] != status:
+            problems.append(f"turn {turn.turn_id}: status {status} stored, {turn.ended[0]['status']} sent")
+    if len(rows) != len(seen):
+        problems.append(f"{len(rows)} turns stored, {len(seen)} started")
+    return problems
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentiles(values: list[float]) -> str:
+    ms = sorted(v * 1000 for v in values)
+    if not ms:
+        return "n=0"
+    p95 = ms[min(len(ms) - 1, int(len(ms) * 0.95))]
+    return f"n={len(ms)} median {statistics.median(ms):.0f} ms, p95 {p95:.0f} ms, max {ms[-1]:.0f} ms"
+
+
+async def main(visitors: int, turns: int) -> int:
+    env = {
+        "KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS": "1000000",  # every visitor here is 127.0.0.1
+        "KOOKEE_TURNS_PER_MINUTE": "1000",
+    }
+    with tempfile.TemporaryDirectory() as tmp, daphne(Path(tmp), **env) as (address, database, server):
+        cookies = [await asyncio.to_thread(_session_cookie, address) for _ in range(visitors)]
+        seen: list[TurnSeen] = []
+        rng = random.Random(2026)
+        started = time.perf_counter()
+        cpu_before = cpu_seconds(server.pid)
+
+        results = await asyncio.gather(
+            *(visitor(address, cookie, turns, random.Random(rng.random()), seen) for cookie in cookies),
+            return_exceptions=True,
+        )
+        elapsed = time.perf_counter() - started
+        server_cpu = cpu_seconds(server.pid) - cpu_before
+        await asyncio.sleep(2)  # let the server finish the turns of dropped sockets
+        failures = [r for r in results if isinstance(r, BaseException)]
+        problems = check(database, seen)
+    endings = {e: sum(t.ending == e for t in seen) for e in ("read", "stop", "drop")}
+    print(f"{visitors} concurrent visitors x {turns} turns, one daphne process: {len(seen)} turns in {elapsed:.1f} s")
+    print(f"endings: {endings}")
+    print(f"server process CPU: {server_cpu:.1f} s over {elapsed:.1f} s ({server_cpu / elapsed:.0%} of one core)")
+    print(f"message -> first delta: {percentiles([t.first_delta for t in seen if t.first_delta])}")
+    print(f"stop -> turn.ended: {percentiles([t.stop_latency for t in seen if t.stop_latency])}")
+    print(f"visitor errors: {len(failures)} {failures[:3]}")
+    print(f"invariant problems: {len(problems)}")
+    for problem in problems[:20]:
+        print("  ", problem)
+    return 1 if failures or problems else 0
+
+
+if __name__ == "__main__":
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    per_visitor = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    sys.exit(asyncio.run(main(count, per_visitor)))

@@ -1,0 +1,243 @@
+"""Limits on what one visitor can ask of the model: turns per minute (per
+session and per client address), token budgets (per conversation and per
+day), and frame floods. Past a limit: a polite `error` frame, no turn, no
+model call."""
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connection
+from django.utils import timezone
+
+from billing.models import LedgerEntry
+from chat.limits import FrameBudget
+from chat.models import Conversation, Turn
+from kookee.asgi import application
+from tests.chat.chat_client import ORIGIN, ChatClient, new_session_key
+from tests.provider import WaitFor, answer, text
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+async def visitors():
+    """Connects visitors on demand; disconnects them all at the end."""
+    clients = []
+
+    async def _connect(session_key=None, address=None):
+        client = await (connect_from(address, session_key) if address else ChatClient.connect(session_key))
+        assert client.connected
+        clients.append(client)
+        return client
+
+    yield _connect
+    for client in clients:
+        await client.close()
+
+
+async def connect_from(address, session_key=None):
+    """A visitor at a client address. WebsocketCommunicator puts no `client`
+    in the scope (so `_client_address` is None and the address limit is not
+    applied); daphne puts ("ip", port) there, so do the same."""
+    key = session_key or await new_session_key()
+    headers = [(b"origin", ORIGIN), (b"cookie", f"sessionid={key}".encode())]
+    communicator = WebsocketCommunicator(application, "/ws/chat/", headers=headers)
+    communicator.scope["client"] = (address, 50123)
+    client = ChatClient(communicator)
+    client.connected, client.close_code = await communicator.connect()
+    return client
+
+
+def turn_count():
+    return database_sync_to_async(Turn.objects.count)()
+
+
+async def refused(client, code):
+    """Sends a message; asserts it is refused with a polite error and nothing else."""
+    await client.send({"type": "message", "text": "one more, please"})
+    error = await client.receive()
+    assert (error["type"], error["code"]) == ("error", code)
+    assert "please" in error["message"].lower()
+    assert await client.communicator.receive_nothing(timeout=0.2)
+    return error
+
+
+# --- turns per minute ------------------------------------------------------------------------
+
+
+async def test_the_third_turn_in_a_minute_is_refused(visitors, use_provider, settings):
+    settings.KOOKEE_TURNS_PER_MINUTE = 2
+    chat = await visitors()
+    use_provider.queue(answer("One."), answer("Two."), answer("Another visitor."))
+    for question in ("one", "two"):
+        assert (await chat.finish(await chat.ask(question)))["status"] == "completed"
+
+    await refused(chat, "rate_limited")
+
+    assert await turn_count() == 2
+    assert len(use_provider.requests) == 2
+    # The socket still takes frames: a stop is ignored, a bad frame is answered.
+    await chat.send({"type": "stop"})
+    assert await chat.communicator.receive_nothing(timeout=0.2)
+    await chat.send("not json")
+    assert (await chat.receive())["code"] == "bad_json"
+    # The limit is the visitor's, not the site's.
+    other = await visitors()
+    assert (await other.finish(await other.ask("hi")))["status"] == "completed"
+
+
+async def test_visitors_at_one_address_share_its_limit(visitors, use_provider, settings):
+    settings.KOOKEE_TURNS_PER_MINUTE = 100
+    settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = 2
+    first = await visitors(address="203.0.113.7")
+    second = await visitors(address="203.0.113.7")
+    use_provider.queue(answer("For the first."), answer("For the second."), answer("Elsewhere."))
+    await first.finish(await first.ask("hi"))
+    await second.finish(await second.ask("hi"))
+
+    await refused(second, "rate_limited")
+
+    assert len(use_provider.requests) == 2
+    addresses = await database_sync_to_async(list)(Turn.objects.values_list("client_address", flat=True))
+    assert addresses == ["203.0.113.7", "203.0.113.7"]
+    # Another network is not affected.
+    elsewhere = await visitors(address="198.51.100.9")
+    assert (await elsewhere.finish(await elsewhere.ask("hi")))["status"] == "completed"
+
+
+async def test_the_turn_rate_is_counted_in_the_database(visitors, use_provider, settings):
+    settings.KOOKEE_TURNS_PER_MINUTE = 2
+    key = await new_session_key()
+    chat = await visitors(session_key=key)
+    conversation = await database_sync_to_async(Conversation.objects.get)(session_key=key)
+
+    @database_sync_to_async
+    def turns_from_another_process():
+        for question in ("one", "two"):
+            Turn.objects.create(conversation=conversation, user_text=question, model="gpt-4o-mini", status="completed")
+
+    await turns_from_another_process()
+
+    await refused(chat, "rate_limited")
+    assert len(use_provider.requests) == 0
+    assert await turn_count() == 2
+
+    # A minute later those turns no longer count.
+    await database_sync_to_async(Turn.objects.update)(started_at=timezone.now() - timedelta(seconds=61))
+    use_provider.queue(answer("Welcome back."))
+    assert (await chat.finish(await chat.ask("hi")))["status"] == "completed"
+
+
+# --- token budgets ---------------------------------------------------------------------------
+
+
+async def test_a_conversation_over_its_token_budget_is_refused(visitors, use_provider, settings):
+    settings.KOOKEE_TOKENS_PER_CONVERSATION = 500
+    chat = await visitors()
+    use_provider.queue(answer("ok", 600, 10), answer("For someone else."))
+    ended = await chat.finish(await chat.ask("a long question"))
+    assert ended["usage"]["input_tokens"] + ended["usage"]["output_tokens"] == 610
+
+    await refused(chat, "budget_exhausted")
+
+    assert await turn_count() == 1
+    assert len(use_provider.requests) == 1
+    # The budget is per conversation: another visitor still gets answers.
+    other = await visitors()
+    assert (await other.finish(await other.ask("hi")))["status"] == "completed"
+
+
+async def test_the_daily_token_budget_is_for_the_whole_site_and_for_today(visitors, use_provider, settings):
+    settings.KOOKEE_TOKENS_PER_DAY = 500
+    first = await visitors()
+    use_provider.queue(answer("ok", 600, 10), answer("A new day."))
+    first_turn = await first.ask("a long question")
+    await first.finish(first_turn)
+
+    # A fresh conversation is under its own budget: only the daily one refuses it.
+    second = await visitors()
+    await refused(second, "budget_exhausted")
+    assert await turn_count() == 1
+    assert len(use_provider.requests) == 1
+
+    await backdate_ledger_entry(first_turn, timezone.now() - timedelta(days=1))
+
+    assert (await second.finish(await second.ask("hi")))["status"] == "completed"
+    assert len(use_provider.requests) == 2
+
+
+@database_sync_to_async
+def backdate_ledger_entry(turn_id, when):
+    # Simulates time passing. The ledger is append-only (its queryset refuses
+    # update()), so move the entry's date with SQL, as a clock would.
+    table = connection.ops.quote_name(LedgerEntry._meta.db_table)
+    column = connection.ops.quote_name(LedgerEntry._meta.get_field("created_at").column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {column} = %s WHERE turn_id = %s",
+            [connection.ops.adapt_datetimefield_value(when), turn_id],
+        )
+        assert cursor.rowcount == 1
+
+
+# --- frame floods ----------------------------------------------------------------------------
+
+
+def test_the_frame_budget_allows_a_burst_then_refuses():
+    budget = FrameBudget(3, per_second=1)
+
+    assert [budget.take() for _ in range(4)] == [True, True, True, False]
+
+
+def test_the_frame_budget_refills_at_its_rate():
+    budget = FrameBudget(3, per_second=1)
+    for _ in range(3):
+        budget.take()
+
+    budget.updated = time.monotonic() - 2  # two seconds pass: two more frames
+    assert [budget.take() for _ in range(3)] == [True, True, False]
+
+
+def test_the_frame_budget_refills_no_further_than_its_burst():
+    budget = FrameBudget(3, per_second=1)
+    budget.take()
+
+    budget.updated = time.monotonic() - 1000
+    assert [budget.take() for _ in range(4)] == [True, True, True, False]
+
+
+async def test_a_flood_closes_the_socket_and_the_running_turn_is_saved_and_billed(visitors, use_provider, settings):
+    settings.KOOKEE_FRAME_BURST = 5
+    settings.KOOKEE_FRAMES_PER_SECOND = 0.001
+    use_provider.queue([text("Working"), WaitFor(asyncio.Event()), text(" never")])
+    chat = await visitors()
+    turn_id = await chat.ask("hi")  # frame 1
+    request = await use_provider.wait_for_request(1)
+    await chat.receive_until("delta", turn_id=turn_id)
+    for _ in range(4):  # frames 2 to 5: the burst
+        await chat.send({"type": "message", "text": "again"})
+        assert (await chat.receive())["code"] == "busy"
+
+    await chat.send({"type": "message", "text": "and again"})  # frame 6
+
+    # The running turn is stopped at once, then the socket is closed.
+    ended = await chat.receive()
+    assert (ended["type"], ended["turn_id"], ended["status"]) == ("turn.ended", turn_id, "interrupted")
+    async with asyncio.timeout(2):
+        await request.hung_up.wait()
+    error = await chat.receive()
+    assert (error["type"], error["code"]) == ("error", "flood")
+    assert await chat.communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 1008}
+    await chat.close()
+
+    @database_sync_to_async
+    def stored():
+        turn = Turn.objects.get(pk=turn_id)
+        return turn.status, turn.interrupted, turn.assistant_text, LedgerEntry.objects.filter(turn=turn).count()
+
+    assert await stored() == ("interrupted", True, "Working", 1)
+    assert await turn_count() == 1
