@@ -148,8 +148,9 @@ async def test_a_server_fault_fails_the_turn_and_bills_it(chat, use_provider, mo
 # --- Stop at every stage -------------------------------------------------------------------
 
 
-async def test_stop_before_the_request_reaches_the_provider(chat, use_provider):
-    use_provider.queue(answer("Never seen."))
+async def test_stop_right_after_the_message(chat, use_provider):
+    # Whether or not the request reached the provider yet, nothing comes back.
+    use_provider.queue([WaitFor(asyncio.Event()), *answer("Never seen.")])
     await chat.send({"type": "message", "text": "hi"})
     await chat.send({"type": "stop"})
     started = await chat.receive_until("turn.started")
