@@ -1,7 +1,22 @@
 import openai
 import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings as django_settings
+from django.db import connections
 
 from tests.provider import ScriptedProvider
+
+# Connections held open between tests would keep PostgreSQL from dropping
+# the test database at the end of the run.
+django_settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
+@pytest.fixture(autouse=True)
+async def close_worker_thread_connections():
+    """Async code reaches the database through asgiref's worker thread; its
+    connection must close before the test database can be dropped."""
+    yield
+    await sync_to_async(connections.close_all, thread_sensitive=True)()
 
 
 @pytest.fixture(autouse=True)
