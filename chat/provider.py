@@ -50,10 +50,7 @@ async def open_stream(
     extra: dict[str, Any] = {}
     if tools:
         extra = {"tools": tools, "tool_choice": tool_choice}
-    # OpenAI's newer models only take max_completion_tokens; many compatible
-    # servers only know max_tokens.
-    limit_name = "max_tokens" if settings.OPENAI_BASE_URL else "max_completion_tokens"
-    extra[limit_name] = settings.KOOKEE_MAX_OUTPUT_TOKENS
+    extra[_limit_parameter()] = settings.KOOKEE_MAX_OUTPUT_TOKENS
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT
     for attempt in range(settings.KOOKEE_PROVIDER_RETRIES + 1):
@@ -79,6 +76,14 @@ async def open_stream(
             logger.warning("provider refused (%s), retry %s in %.2fs", error.detail, attempt + 1, delay)
             await asyncio.sleep(delay)
     raise AssertionError("unreachable")
+
+
+def _limit_parameter() -> str:
+    # OpenAI's newer models only take max_completion_tokens; many compatible
+    # servers only know max_tokens. "auto" guesses from the base URL.
+    if settings.KOOKEE_MAX_TOKENS_PARAMETER != "auto":
+        return settings.KOOKEE_MAX_TOKENS_PARAMETER
+    return "max_tokens" if settings.OPENAI_BASE_URL else "max_completion_tokens"
 
 
 class Stream:

@@ -126,6 +126,9 @@ KOOKEE_PROVIDER_BACKOFF_SECONDS = env.float("KOOKEE_PROVIDER_BACKOFF_SECONDS", d
 # Model calls per turn; the last allowed round must answer without tools.
 KOOKEE_MAX_ROUNDS = env.int("KOOKEE_MAX_ROUNDS", default=5)
 KOOKEE_MAX_OUTPUT_TOKENS = env.int("KOOKEE_MAX_OUTPUT_TOKENS", default=1024)
+# How the limit is sent: "max_tokens", "max_completion_tokens", or "auto"
+# (max_tokens with OPENAI_BASE_URL, for compatible servers; else the newer name).
+KOOKEE_MAX_TOKENS_PARAMETER = env.str("KOOKEE_MAX_TOKENS_PARAMETER", default="auto")
 KOOKEE_MAX_MESSAGE_CHARS = env.int("KOOKEE_MAX_MESSAGE_CHARS", default=4000)
 # Crash safety: a running turn saves its text and a usage estimate this
 # often; a turn whose last save is older than KOOKEE_STALE_TURN_SECONDS was

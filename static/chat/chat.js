@@ -16,6 +16,7 @@
 
   let socket = null;
   let current = null; // the answer being streamed: {turnId, bubble, text, tool}
+  let pending = null; // a message sent, not yet taken (turn.started) or refused (error)
 
   function addMessage(role, text) {
     const item = document.createElement("li");
@@ -62,6 +63,8 @@
 
   const handlers = {
     "turn.started": (frame) => {
+      addMessage("user", pending || "");
+      pending = null;
       current = { turnId: frame.turn_id, bubble: addMessage("assistant", ""), text: "", tool: null };
       current.bubble.setAttribute("aria-busy", "true");
       setStreaming(true);
@@ -85,6 +88,12 @@
     },
     error: (frame) => {
       connection.textContent = frame.message;
+      if (pending !== null && !frame.turn_id) {
+        // Refused (busy, too long, a limit): nothing was stored; give the text back.
+        input.value = pending;
+        pending = null;
+        setStreaming(false);
+      }
     },
   };
 
@@ -103,6 +112,7 @@
       connection.textContent = "Disconnected. Reload the page to reconnect.";
       if (current) markEnding(current.bubble, "interrupted");
       current = null;
+      pending = null;
       setStreaming(false);
       button.disabled = true;
     });
@@ -115,8 +125,9 @@
       return;
     }
     const text = input.value.trim();
-    if (!text) return;
-    addMessage("user", text);
+    if (!text || pending !== null) return;
+    pending = text;
+    button.disabled = true;
     socket.send(JSON.stringify({ type: "message", text }));
     input.value = "";
   });

@@ -416,3 +416,18 @@ async def test_a_message_after_turn_ended_is_not_busy(chat, use_provider):
     second = await chat.ask("two")  # sent at once: never "busy"
     assert (await chat.finish(second))["status"] == "completed"
     assert "busy" not in [f.get("code") for f in chat.frames]
+
+
+@pytest.mark.parametrize(
+    ("parameter", "sent"),
+    [("auto", "max_tokens"), ("max_completion_tokens", "max_completion_tokens"), ("max_tokens", "max_tokens")],
+)
+async def test_the_output_limit_parameter(chat, use_provider, settings, parameter, sent):
+    settings.KOOKEE_MAX_TOKENS_PARAMETER = parameter
+    settings.KOOKEE_MAX_OUTPUT_TOKENS = 321
+    use_provider.queue(answer("Hi."))
+    await chat.finish(await chat.ask("hi"))
+    body = use_provider.requests[0].body
+    assert body[sent] == 321
+    [other] = {"max_tokens", "max_completion_tokens"} - {sent}
+    assert other not in body
