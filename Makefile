@@ -32,6 +32,7 @@ clean:
 
 bench: $(VENV)/installed
 	$(PY) bench/stop_latency.py
+	$(PY) bench/admin.py
 
 load: $(VENV)/installed
 	$(PY) bench/load.py 200 3

@@ -1,4 +1,5 @@
 from django.db import models
+from django.utils import timezone
 
 
 class AppendOnlyQuerySet(models.QuerySet):
@@ -37,3 +38,23 @@ class LedgerEntry(models.Model):
 
     def delete(self, *args, **kwargs):
         raise ValueError("Ledger entries are append-only.")
+
+
+class Price(models.Model):
+    """What a model costs from a date on. A ledger entry keeps the cost worked
+    out when it was written: a new price never rewrites the past."""
+
+    model = models.CharField(
+        max_length=100,
+        help_text="A model name, or the start of one: gpt-4o-mini also prices gpt-4o-mini-2024-07-18.",
+    )
+    input_per_million = models.DecimalField("input, USD per million tokens", max_digits=12, decimal_places=6)
+    output_per_million = models.DecimalField("output, USD per million tokens", max_digits=12, decimal_places=6)
+    effective_from = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["model", "-effective_from"]
+        constraints = [models.UniqueConstraint(fields=["model", "effective_from"], name="one_price_per_model_and_date")]
+
+    def __str__(self) -> str:
+        return f"{self.model} from {self.effective_from:%Y-%m-%d}"

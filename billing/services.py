@@ -7,34 +7,28 @@ from __future__ import annotations
 
 import logging
 import re
+from datetime import datetime
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from billing.models import LedgerEntry
+from billing.models import LedgerEntry, Price
 
 logger = logging.getLogger("kookee.billing")
 
 MILLION = Decimal(1_000_000)
 
-# USD per million tokens: (input, output). The longest prefix of the model
-# name that ends at a word boundary wins, so dated snapshots
-# ("gpt-4o-mini-2024-07-18") match; a router's vendor part ("openai/") is
-# ignored.
-PRICES: dict[str, tuple[Decimal, Decimal]] = {
-    "kookee-offline": (Decimal("0"), Decimal("0")),
-    "gpt-4o-mini": (Decimal("0.15"), Decimal("0.60")),
-    "gpt-4o": (Decimal("2.50"), Decimal("10.00")),
-    "gpt-4.1-nano": (Decimal("0.10"), Decimal("0.40")),
-    "gpt-4.1-mini": (Decimal("0.40"), Decimal("1.60")),
-    "gpt-4.1": (Decimal("2.00"), Decimal("8.00")),
-}
 
-
-def price_for(model: str) -> tuple[Decimal, Decimal] | None:
+def price_for(model: str, at: datetime | None = None) -> Price | None:
+    """The price in force for a model name. The longest price name that the
+    model name starts with, ending at a word boundary, wins: dated snapshots
+    ("gpt-4o-mini-2024-07-18") match, and a router's vendor part ("openai/")
+    is ignored. Among that name's prices, the latest effective one."""
     name = model.rsplit("/", 1)[-1]
-    matches = [prefix for prefix in PRICES if re.match(re.escape(prefix) + r"(?:$|[-:@])", name)]
-    return PRICES[max(matches, key=len)] if matches else None
+    prices = Price.objects.filter(effective_from__lte=at or timezone.now()).order_by("-effective_from")
+    matching = [p for p in prices if re.match(re.escape(p.model) + r"(?:$|[-:@])", name)]
+    return max(matching, key=lambda p: len(p.model), default=None)
 
 
 def cost_of(model: str, input_tokens: int, output_tokens: int) -> Decimal:
@@ -43,7 +37,7 @@ def cost_of(model: str, input_tokens: int, output_tokens: int) -> Decimal:
         # Billed at zero, and said loudly: finance must add the price.
         logger.warning("billing: no price for model=%s; cost recorded as 0", model)
         return Decimal(0)
-    return (input_tokens * price[0] + output_tokens * price[1]) / MILLION
+    return (input_tokens * price.input_per_million + output_tokens * price.output_per_million) / MILLION
 
 
 def bill_once(turn_id: int, *, model: str, input_tokens: int, output_tokens: int, estimated: bool) -> LedgerEntry:

@@ -1,7 +1,43 @@
-from django.contrib import admin
-from django.db.models import Count
+"""The admin for support staff: transcripts that read like the chat did,
+generation counts at a glance, and the help center.
 
+Counts and sums are annotated in `get_queryset`, so a changelist costs the
+same few queries whatever its page size. Model and visitor text is only ever
+rendered through escaping templates (`linebreaksbr`), never `mark_safe`.
+"""
+
+from django.contrib import admin
+from django.db.models import Count, F, OuterRef, Prefetch, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+from django.template.loader import render_to_string
+from django.utils.formats import date_format
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.timezone import localtime
+
+from billing.models import LedgerEntry
 from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+
+RESULT_EXCERPT_CHARS = 300
+
+
+def _per_row(model, path: str, expression, **filters) -> Coalesce:
+    """A per-row aggregate as a correlated subquery. Joining turns,
+    generations and ledger entries and grouping would multiply the rows
+    being summed, and would aggregate the whole table before the page is cut;
+    a subquery runs only for the rows shown (or sorted on)."""
+    rows = (
+        model.objects.filter(**{path: OuterRef("pk")}, **filters)
+        .order_by()
+        .values(path)
+        .annotate(total=expression)
+        .values("total")
+    )
+    return Coalesce(Subquery(rows), Value(0))
+
+
+def _can_see_prices(request) -> bool:
+    return request.user.has_perm("billing.view_ledgerentry")
 
 
 @admin.register(HelpArticle)
@@ -12,30 +48,153 @@ class HelpArticleAdmin(admin.ModelAdmin):
     prepopulated_fields = {"slug": ["title"]}
 
 
-class TurnInline(admin.TabularInline):
-    model = Turn
-    fields = ["started_at", "status", "interrupted", "user_text", "assistant_text"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-    show_change_link = True
+class TurnStatusFilter(admin.SimpleListFilter):
+    title = "has a turn that is"
+    parameter_name = "turn_status"
 
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
+    def lookups(self, request, model_admin):
+        return [(s, s) for s in (Turn.Status.INTERRUPTED, Turn.Status.TRUNCATED, Turn.Status.FAILED)] + [
+            (Turn.Status.COMPLETED, "completed only")
+        ]
+
+    def queryset(self, request, queryset):
+        if self.value() == Turn.Status.COMPLETED:
+            return queryset.exclude(turns__status__in=["interrupted", "truncated", "failed", "streaming"])
+        if self.value():
+            return queryset.filter(turns__status=self.value()).distinct()
+        return queryset
+
+
+class TurnModelFilter(admin.SimpleListFilter):
+    title = "model"
+    parameter_name = "model"
+
+    def lookups(self, request, model_admin):
+        models = Turn.objects.order_by("model").values_list("model", flat=True).distinct()
+        return [(m, m) for m in models]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(turns__model=self.value()).distinct() if self.value() else queryset
 
 
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
-    list_display = ["public_id", "created_at", "updated_at", "turn_count"]
-    readonly_fields = ["public_id", "session_key", "created_at", "updated_at"]
-    inlines = [TurnInline]
+    list_display = [
+        "short_id",
+        "started",
+        "last_activity",
+        "turn_count",
+        "generation_count",
+        "tokens",
+        "cost",
+        "flags",
+    ]
+    list_filter = ["created_at", TurnStatusFilter, TurnModelFilter]
+    search_fields = ["turns__user_text", "turns__assistant_text", "=public_id"]
+    search_help_text = "Searches what visitors and the assistant wrote."
+    date_hierarchy = "created_at"
+    fields = ["public_id", "created_at", "updated_at", "transcript"]
+    readonly_fields = fields
+
+    class Media:
+        css = {"all": ["chat/admin.css"]}
+
+    def get_list_display(self, request):
+        columns = super().get_list_display(request)
+        return columns if _can_see_prices(request) else [c for c in columns if c != "cost"]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(turn_count=Count("turns"))
+        def turns_that_are(status):
+            return _per_row(Turn, "conversation", Count("id"), status=status)
+
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                turn_count=_per_row(Turn, "conversation", Count("id")),
+                interrupted_count=turns_that_are(Turn.Status.INTERRUPTED),
+                truncated_count=turns_that_are(Turn.Status.TRUNCATED),
+                failed_count=turns_that_are(Turn.Status.FAILED),
+                generation_total=_per_row(Generation, "turn__conversation", Count("id")),
+                token_total=_per_row(LedgerEntry, "turn__conversation", Sum(F("input_tokens") + F("output_tokens"))),
+                cost_total=Subquery(
+                    LedgerEntry.objects.filter(turn__conversation=OuterRef("pk"))
+                    .order_by()
+                    .values("turn__conversation")
+                    .annotate(total=Sum("cost"))
+                    .values("total")
+                ),
+            )
+        )
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # transcripts are records
+
+    @admin.display(ordering="public_id", description="conversation")
+    def short_id(self, obj) -> str:
+        return str(obj.public_id)[:8]
+
+    @admin.display(ordering="created_at", description="started")
+    def started(self, obj) -> str:
+        return date_format(localtime(obj.created_at), "Y-m-d H:i")
+
+    @admin.display(ordering="updated_at", description="last activity")
+    def last_activity(self, obj) -> str:
+        return date_format(localtime(obj.updated_at), "Y-m-d H:i")
 
     @admin.display(ordering="turn_count", description="turns")
     def turn_count(self, obj) -> int:
         return obj.turn_count
+
+    @admin.display(ordering="generation_total", description="generations")
+    def generation_count(self, obj) -> int:
+        return obj.generation_total
+
+    @admin.display(ordering="token_total", description="tokens")
+    def tokens(self, obj) -> int:
+        return obj.token_total
+
+    @admin.display(ordering="cost_total", description="cost (USD)")
+    def cost(self, obj):
+        return obj.cost_total or 0
+
+    @admin.display(description="flags")
+    def flags(self, obj) -> str:
+        counts = [
+            ("interrupted", obj.interrupted_count),
+            ("truncated", obj.truncated_count),
+            ("failed", obj.failed_count),
+        ]
+        return ", ".join(f"{n} {name}" for name, n in counts if n)
+
+    @admin.display(description="transcript")
+    def transcript(self, obj) -> str:
+        generations = Generation.objects.prefetch_related(
+            Prefetch("tool_calls", queryset=ToolCall.objects.order_by("id"))
+        )
+        turns = obj.turns.order_by("started_at", "id").prefetch_related(
+            Prefetch("generations", queryset=generations.order_by("round"))
+        )
+        return render_to_string("admin/chat/transcript.html", {"turns": turns, "excerpt_chars": RESULT_EXCERPT_CHARS})
+
+
+class WastedGenerationsFilter(admin.SimpleListFilter):
+    """Turns with more model calls than tool rounds + 1: the symptom of
+    probing without streaming, then generating the answer again."""
+
+    title = "wasted generations"
+    parameter_name = "wasted"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "more calls than tool rounds + 1")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(generation_count__gt=F("tool_rounds") + 1)
+        return queryset
 
 
 class GenerationInline(admin.TabularInline):
@@ -53,6 +212,7 @@ class GenerationInline(admin.TabularInline):
     readonly_fields = fields
     extra = 0
     can_delete = False
+    show_change_link = True
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -60,29 +220,74 @@ class GenerationInline(admin.TabularInline):
 
 @admin.register(Turn)
 class TurnAdmin(admin.ModelAdmin):
-    list_display = ["id", "conversation", "status", "interrupted", "generation_count", "model", "started_at"]
-    list_filter = ["status", "interrupted", "model"]
+    list_display = [
+        "id",
+        "started_at",
+        "question",
+        "status_badge",
+        "generation_count",
+        "tool_rounds",
+        "model",
+        "conversation",
+    ]
+    list_filter = ["status", WastedGenerationsFilter, "interrupted", "model", "started_at"]
     list_select_related = ["conversation"]
     search_fields = ["user_text", "assistant_text"]
-    readonly_fields = [
+    date_hierarchy = "started_at"
+    ordering = ["-started_at", "-id"]
+
+    class Media:
+        css = {"all": ["chat/admin.css"]}
+
+    fields = [
         "conversation",
         "status",
         "interrupted",
-        "user_text",
-        "assistant_text",
         "error",
         "model",
         "started_at",
         "ended_at",
+        "user_text",
+        "answer",
     ]
+    readonly_fields = fields
     inlines = [GenerationInline]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(generation_count=Count("generations"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                generation_count=_per_row(Generation, "turn", Count("id")),
+                tool_rounds=_per_row(Generation, "turn", Count("id", distinct=True), tool_calls__isnull=False),
+            )
+        )
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
     @admin.display(ordering="generation_count", description="generations")
     def generation_count(self, obj) -> int:
         return obj.generation_count
+
+    @admin.display(description="question")
+    def question(self, obj) -> str:
+        return Truncator(obj.user_text).chars(60)
+
+    @admin.display(ordering="tool_rounds", description="tool rounds")
+    def tool_rounds(self, obj) -> int:
+        return obj.tool_rounds
+
+    @admin.display(ordering="status", description="status")
+    def status_badge(self, obj) -> str:
+        return format_html('<span class="kk-badge kk-badge--{}">{}</span>', obj.status, obj.status)
+
+    @admin.display(description="answer, as the visitor saw it")
+    def answer(self, obj) -> str:
+        return render_to_string("admin/chat/text.html", {"text": obj.assistant_text})
 
 
 class ToolCallInline(admin.TabularInline):
@@ -122,6 +327,12 @@ class GenerationAdmin(admin.ModelAdmin):
     ]
     inlines = [ToolCallInline]
 
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
 
 @admin.register(ToolCall)
 class ToolCallAdmin(admin.ModelAdmin):
@@ -129,3 +340,9 @@ class ToolCallAdmin(admin.ModelAdmin):
     list_filter = ["name"]
     list_select_related = ["generation"]
     readonly_fields = ["generation", "call_id", "name", "arguments", "result", "error"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

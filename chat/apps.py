@@ -1,5 +1,15 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class ChatConfig(AppConfig):
     name = "chat"
+
+    def ready(self) -> None:
+        post_migrate.connect(_ensure_roles, sender=self)
+
+
+def _ensure_roles(**kwargs) -> None:
+    from chat.roles import ensure_roles
+
+    ensure_roles()

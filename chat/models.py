@@ -27,13 +27,13 @@ class Conversation(models.Model):
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     session_key = models.CharField(max_length=40, db_index=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
 
     class Meta:
         ordering = ["-updated_at"]
 
     def __str__(self) -> str:
-        return f"Conversation {self.public_id}"
+        return f"Conversation {str(self.public_id)[:8]}"
 
 
 class Turn(models.Model):
@@ -89,6 +89,12 @@ class Generation(models.Model):
 
     def __str__(self) -> str:
         return f"Turn {self.turn_id} round {self.round}"
+
+    @property
+    def time_to_first_delta_ms(self) -> int | None:
+        if self.first_delta_at is None:
+            return None
+        return round((self.first_delta_at - self.started_at).total_seconds() * 1000)
 
 
 class ToolCall(models.Model):

@@ -1,14 +1,16 @@
-"""Billing: one append-only ledger entry per turn, priced from PRICES."""
+"""Billing: one append-only ledger entry per turn, priced from the price table."""
 
+import importlib
 import logging
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from billing.models import LedgerEntry
-from billing.services import bill_once, cost_of
+from billing.models import LedgerEntry, Price
+from billing.services import bill_once, cost_of, price_for
 from chat import services
 from chat.models import Conversation, Generation, Turn
 from chat.rounds import Round
@@ -21,6 +23,19 @@ def turn_id():
     conversation = Conversation.objects.create(session_key="k")
     turn_id, _messages = services.start_turn(conversation.id, "question", "gpt-4o-mini")
     return turn_id
+
+
+@pytest.fixture(autouse=True)
+def prices():
+    """The prices the data migration seeds (a transactional test elsewhere
+    may have flushed them)."""
+    seeded = importlib.import_module("billing.migrations.0003_initial_prices")
+    for model, (input_price, output_price) in seeded.PRICES.items():
+        Price.objects.get_or_create(
+            model=model,
+            effective_from=seeded.START,
+            defaults={"input_per_million": Decimal(input_price), "output_per_million": Decimal(output_price)},
+        )
 
 
 @pytest.fixture
@@ -294,6 +309,25 @@ def test_the_ledger_refuses_bulk_updates_and_deletes(turn_id):
     ],
 )
 def test_model_names_match_prices_at_word_boundaries(model, priced_as):
-    from billing.services import PRICES, price_for
+    price = price_for(model)
+    assert (price.model if price else None) == priced_as
 
-    assert price_for(model) == (PRICES[priced_as] if priced_as else None)
+
+def test_a_new_price_applies_from_its_date_and_never_rewrites_the_past(turn_id):
+    old_entry = bill(turn_id, input_tokens=1_000_000, output_tokens=0)
+    assert old_entry.cost == Decimal("0.15")
+    Price.objects.create(
+        model="gpt-4o-mini",
+        input_per_million=Decimal("0.30"),
+        output_per_million=Decimal("1.20"),
+        effective_from=timezone.now(),
+    )
+    Price.objects.create(
+        model="gpt-4o-mini",
+        input_per_million=Decimal("9.99"),
+        output_per_million=Decimal("9.99"),
+        effective_from=timezone.now() + timedelta(days=30),  # not yet
+    )
+    assert cost_of("gpt-4o-mini", 1_000_000, 0) == Decimal("0.30")
+    assert LedgerEntry.objects.get(pk=old_entry.pk).cost == Decimal("0.15")
+    assert price_for("gpt-4o-mini", at=timezone.now() - timedelta(days=1)).input_per_million == Decimal("0.15")

@@ -252,3 +252,116 @@ def test_ledger_cost_is_shown(admin_client, entry):
     # 100 x 0.15 + 20 x 0.60 = 27 per million
     assert entry.cost == Decimal("0.000027")
     assert "0.00002700" in admin_client.get("/admin/billing/ledgerentry/").content.decode()
+
+
+# --- wasted generations ----------------------------------------------------------------------
+
+
+def make_rounds(tool_rounds: list[bool], **fields):
+    """A turn with one generation per entry; True where that round called a tool."""
+    turn = make_turn(generations=len(tool_rounds), **fields)
+    for generation, called in zip(turn.generations.order_by("round"), tool_rounds, strict=True):
+        if called:
+            ToolCall.objects.create(generation=generation, name="search_help_center", arguments="{}")
+            ToolCall.objects.create(generation=generation, name="search_help_center", arguments="{}")
+    return turn
+
+
+def test_the_wasted_generations_filter_finds_probe_then_stream_turns_only(admin_client):
+    probed = make_rounds([False, False])  # a plain answer made twice: the bug
+    make_rounds([True, False])  # one tool round, then the answer
+    make_rounds([False])  # a greeting
+    make_rounds([True, True, False])  # two tool rounds, then the answer
+    probed_after_tools = make_rounds([True, False, False])
+
+    rows = result_rows(admin_client.get("/admin/chat/turn/?wasted=yes"))
+
+    assert sorted(int(r["id"]) for r in rows) == sorted([probed.id, probed_after_tools.id])
+
+
+# --- conversations for support ---------------------------------------------------------------
+
+
+@pytest.fixture
+def conversation():
+    conversation = Conversation.objects.create(session_key="visitor")
+    first = make_turn(conversation, generations=2, assistant_text="Let me look.\n\nPaste the tag.")
+    tool_generation = first.generations.get(round=1)
+    tool_generation.finish_reason = "tool_calls"
+    tool_generation.input_tokens, tool_generation.output_tokens = 300, 12
+    tool_generation.first_delta_at = tool_generation.started_at + timezone.timedelta(milliseconds=420)
+    tool_generation.save()
+    ToolCall.objects.create(
+        generation=tool_generation,
+        call_id="call_1",
+        name="search_help_center",
+        arguments='{"query": "install widget"}',
+        result='{"articles": [{"title": "Installing the widget"}]}',
+    )
+    bill_once(first.id, model="gpt-4o-mini", input_tokens=800, output_tokens=32, estimated=False)
+    second = make_turn(
+        conversation, generations=1, status="interrupted", interrupted=True, assistant_text=f"Half {SCRIPT}"
+    )
+    bill_once(second.id, model="gpt-4o-mini", input_tokens=100, output_tokens=5, estimated=True)
+    return conversation
+
+
+def test_the_conversation_list_shows_counts_tokens_cost_and_flags(admin_client, conversation):
+    [row] = result_rows(admin_client.get("/admin/chat/conversation/"))
+    assert (row["turn_count"], row["generation_count"], row["tokens"]) == ("2", "3", "937")
+    assert Decimal(row["cost"]) > 0
+    assert row["flags"] == "1 interrupted"
+
+
+def test_the_conversation_page_reads_like_the_chat(admin_client, conversation):
+    page = admin_client.get(f"/admin/chat/conversation/{conversation.pk}/change/").content.decode()
+    assert "Let me look.<br><br>Paste the tag." in page
+    assert "Half &lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert SCRIPT not in page
+    assert 'kk-badge--interrupted">interrupted' in page
+    assert "2 generations" in page and "1 generation" in page
+    assert "search_help_center({&quot;query&quot;: &quot;install widget&quot;})" in page
+    assert "Installing the widget" in page
+    assert "300 / 12" in page and "420 ms" in page and "tool_calls" in page
+    assert "(estimated)" not in page.split("Half")[0]  # round 1 was reported
+
+
+def test_the_conversation_page_runs_a_fixed_number_of_queries(admin_client, conversation, django_assert_num_queries):
+    url = f"/admin/chat/conversation/{conversation.pk}/change/"
+    admin_client.get(url)
+    with CaptureQueriesContext(connection) as small:
+        admin_client.get(url)
+    for _ in range(5):
+        make_rounds([True, False], conversation=conversation)
+    with django_assert_num_queries(len(small.captured_queries)):
+        admin_client.get(url)
+
+
+def test_the_conversation_changelist_query_count_is_fixed(admin_client, django_assert_num_queries):
+    def add_conversations(count):
+        for n in range(count):
+            c = Conversation.objects.create(session_key=f"s{n}")
+            make_rounds([True, False], conversation=c)
+
+    add_conversations(2)
+    admin_client.get("/admin/chat/conversation/")
+    with CaptureQueriesContext(connection) as two:
+        admin_client.get("/admin/chat/conversation/")
+    add_conversations(10)
+    with django_assert_num_queries(len(two.captured_queries)):
+        response = admin_client.get("/admin/chat/conversation/")
+    assert len(result_rows(response)) == 12
+
+
+def test_conversations_are_searched_by_text_and_filtered(admin_client, conversation):
+    other = Conversation.objects.create(session_key="other")
+    make_turn(other, generations=1, assistant_text="About refunds", model="llama3")
+
+    def listed(query):
+        return {row["short_id"] for row in result_rows(admin_client.get(f"/admin/chat/conversation/?{query}"))}
+
+    mine, theirs = str(conversation.public_id)[:8], str(other.public_id)[:8]
+    assert listed("q=Paste+the+tag") == {mine}
+    assert listed("q=refunds") == {theirs}
+    assert listed("turn_status=interrupted") == {mine}
+    assert listed("model=llama3") == {theirs}

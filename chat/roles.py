@@ -1,0 +1,46 @@
+"""The staff roles, as Django groups. Users also need "staff status" to log
+in to the admin; superusers see everything.
+
+- Support reads transcripts (conversations, turns, generations, tool calls)
+  and edits the help center. No prices, no ledger.
+- Finance reads the usage ledger and its reports and edits the price table.
+  Nothing that visitors or the model wrote.
+"""
+
+from django.apps import apps
+from django.contrib.auth.management import create_permissions
+from django.contrib.auth.models import Group, Permission
+
+ROLES = {
+    "Support": [
+        "chat.view_conversation",
+        "chat.view_turn",
+        "chat.view_generation",
+        "chat.view_toolcall",
+        "chat.view_helparticle",
+        "chat.add_helparticle",
+        "chat.change_helparticle",
+        "chat.delete_helparticle",
+    ],
+    "Finance": [
+        "billing.view_ledgerentry",
+        "billing.view_price",
+        "billing.add_price",
+        "billing.change_price",
+        "billing.delete_price",
+    ],
+}
+
+
+def ensure_roles() -> None:
+    """Creates the groups and sets exactly their permissions; idempotent."""
+    for label in ("chat", "billing"):
+        # Right after a migrate, an app's permissions may not exist yet.
+        create_permissions(apps.get_app_config(label), verbosity=0)
+    for name, codenames in ROLES.items():
+        group, _ = Group.objects.get_or_create(name=name)
+        permissions = [
+            Permission.objects.get(content_type__app_label=app, codename=codename)
+            for app, codename in (perm.split(".") for perm in codenames)
+        ]
+        group.permissions.set(permissions)

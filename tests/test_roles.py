@@ -1,0 +1,111 @@
+"""The staff roles: what Support and Finance can open in the admin, and
+what they cannot. (The finance pages are tested in tests/billing/test_admin.py.)"""
+
+import pytest
+from django.contrib.auth.models import Group
+from django.utils import timezone
+
+from billing.services import bill_once
+from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+from chat.roles import ensure_roles
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def records():
+    conversation = Conversation.objects.create(session_key="k")
+    turn = Turn.objects.create(
+        conversation=conversation, user_text="SECRET-VISITOR", assistant_text="SECRET-MODEL", model="gpt-4o-mini"
+    )
+    now = timezone.now()
+    generation = Generation.objects.create(turn=turn, round=1, started_at=now, ended_at=now)
+    call = ToolCall.objects.create(generation=generation, name="search_help_center", arguments="{}")
+    article = HelpArticle.objects.create(title="Refunds", slug="refunds", body="Within 14 days.")
+    bill_once(turn.id, model="gpt-4o-mini", input_tokens=10, output_tokens=5, estimated=False)
+    return {
+        "conversation": conversation,
+        "turn": turn,
+        "generation": generation,
+        "toolcall": call,
+        "helparticle": article,
+    }
+
+
+def staff(django_user_model, role):
+    ensure_roles()
+    user = django_user_model.objects.create_user(username=role.lower(), password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+def support_pages(records):
+    for name, obj in records.items():
+        yield f"/admin/chat/{name}/"
+        yield f"/admin/chat/{name}/{obj.pk}/change/"
+
+
+def test_roles_are_created_idempotently():
+    ensure_roles()
+    ensure_roles()
+    assert sorted(Group.objects.values_list("name", flat=True)) == ["Finance", "Support"]
+    assert Group.objects.get(name="Support").permissions.count() == 8
+
+
+def test_support_reads_transcripts_and_edits_the_help_center(client, django_user_model, records):
+    client.force_login(staff(django_user_model, "Support"))
+    for url in support_pages(records):
+        assert client.get(url).status_code == 200, url
+    response = client.post(
+        f"/admin/chat/helparticle/{records['helparticle'].pk}/change/",
+        {"title": "Refund policy", "slug": "refunds", "body": "Within 30 days.", "published": "on"},
+    )
+    assert response.status_code == 302
+    assert HelpArticle.objects.get().body == "Within 30 days."
+
+
+def test_support_cannot_change_transcripts(client, django_user_model, records):
+    client.force_login(staff(django_user_model, "Support"))
+    turn = records["turn"]
+    response = client.post(f"/admin/chat/turn/{turn.pk}/change/", {"assistant_text": "rewritten"})
+    assert response.status_code == 403
+    assert Turn.objects.get().assistant_text == "SECRET-MODEL"
+    assert client.get(f"/admin/chat/turn/{turn.pk}/delete/").status_code == 403
+
+
+def test_support_sees_no_prices(client, django_user_model, records):
+    client.force_login(staff(django_user_model, "Support"))
+    page = client.get("/admin/chat/conversation/").content.decode()
+    assert "field-cost" not in page
+    assert "field-tokens" in page
+    for url in ("/admin/billing/ledgerentry/", "/admin/billing/price/"):
+        assert client.get(url).status_code == 403, url
+
+
+def test_finance_cannot_open_any_transcript_page(client, django_user_model, records):
+    client.force_login(staff(django_user_model, "Finance"))
+    for url in support_pages(records):
+        response = client.get(url)
+        assert response.status_code == 403, url
+        assert "SECRET-" not in response.content.decode()
+    index = client.get("/admin/").content.decode()
+    assert "/admin/chat/" not in index
+    assert "/admin/billing/ledgerentry/" in index
+
+
+def test_superusers_see_everything_including_cost(admin_client, records):
+    for url in support_pages(records):
+        assert admin_client.get(url).status_code == 200, url
+    assert "field-cost" in admin_client.get("/admin/chat/conversation/").content.decode()
+
+
+@pytest.mark.parametrize("role", [None, "Support", "Finance"])
+def test_the_admin_needs_staff_status(client, django_user_model, records, role):
+    user = django_user_model.objects.create_user(username="visitor", password="pw", is_staff=False)
+    if role:
+        ensure_roles()
+        user.groups.add(Group.objects.get(name=role))
+    client.force_login(user)
+    for url in ["/admin/", *support_pages(records)]:
+        response = client.get(url)
+        assert response.status_code == 302 and "/admin/login/" in response["Location"], url
