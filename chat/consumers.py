@@ -18,7 +18,7 @@ from django.conf import settings
 from chat import provider, services, turns
 from chat.limits import FrameBudget, LimitReached
 from chat.rounds import storable
-from chat.turns import run_turn, start_background
+from chat.turns import run_turn
 
 logger = logging.getLogger("kookee.consumers")
 
@@ -43,7 +43,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._cancel_turn()
 
     async def connect(self) -> None:
-        start_background()
         conversation = await database_sync_to_async(services.conversation_for_session)(self.scope["session"])
         if conversation is None:
             # No session cookie from GET /: refuse, as for a foreign origin.
@@ -78,6 +77,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 self.conversation_id, text, provider.model_name(), _client_address(self.scope)
             )
         except LimitReached as limit:
+            if limit.code == "conversation_full":
+                new = await database_sync_to_async(services.start_new_conversation)(self.conversation_id)
+                self.conversation_id = new.id
             await self._error(limit.code, limit.message)
             return
         except Exception:

@@ -59,7 +59,8 @@ def check_turn_allowed(session_key: str, conversation_id: int, client_address: s
         settings.KOOKEE_TOKENS_PER_CONVERSATION
     ):
         raise LimitReached(
-            "budget_exhausted", "This conversation has reached its length limit. Please start a new one tomorrow."
+            "conversation_full",
+            "This conversation has reached its length limit. Please send your message again: it starts a new one.",
         )
     today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     if _tokens(LedgerEntry.objects.filter(created_at__gte=today)) >= settings.KOOKEE_TOKENS_PER_DAY:

@@ -26,7 +26,7 @@ from chat.rounds import StreamError
 logger = logging.getLogger("kookee.provider")
 
 OFFLINE_BASE_URL = "http://offline.kookee.invalid/v1"
-RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}
+RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}  # and any other 5xx
 MAX_RETRY_AFTER_SECONDS = 10.0
 
 # One client per event loop: its connection pool belongs to the loop that
@@ -119,8 +119,21 @@ class Stream:
             raise StreamError("provider_error", _describe(exc)) from None
         except httpx2.HTTPError as exc:
             raise StreamError("provider_error", _describe(exc)) from None
-        self._deadline = None
+        if _says_something(chunk):
+            self._deadline = None  # from here on, the stall timeout applies
         return chunk
+
+
+def _says_something(chunk: Any) -> bool:
+    """Whether a chunk carries output (an opening role chunk does not)."""
+    for choice in getattr(chunk, "choices", None) or []:
+        delta = getattr(choice, "delta", None)
+        extra = getattr(delta, "model_extra", None) or {}
+        if getattr(delta, "content", None) or getattr(delta, "tool_calls", None):
+            return True
+        if extra.get("reasoning_content") or extra.get("reasoning"):
+            return True
+    return False
 
 
 def _refusal(exc: openai.APIError) -> StreamError:
@@ -134,7 +147,7 @@ def _refusal(exc: openai.APIError) -> StreamError:
     status = getattr(exc, "status_code", None)
     if status == 429:
         return StreamError("provider_rate_limited", detail, billable=False)
-    if isinstance(status, int) and status >= 500:
+    if status in RETRYABLE_STATUSES or (isinstance(status, int) and status >= 500):
         return StreamError("provider_unavailable", detail, billable=False)
     return StreamError("provider_rejected", detail, billable=False)
 
@@ -142,7 +155,8 @@ def _refusal(exc: openai.APIError) -> StreamError:
 def _retryable(exc: openai.APIError) -> bool:
     if isinstance(exc, openai.APIConnectionError):
         return True
-    return getattr(exc, "status_code", None) in RETRYABLE_STATUSES
+    status = getattr(exc, "status_code", None)
+    return status in RETRYABLE_STATUSES or (isinstance(status, int) and status >= 500)
 
 
 def _backoff(exc: openai.APIError, attempt: int) -> float:

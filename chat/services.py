@@ -47,6 +47,12 @@ def conversation_for_session(session: SessionBase) -> Conversation | None:
     return conversation or Conversation.objects.create(session_key=key)
 
 
+def start_new_conversation(conversation_id: int) -> Conversation:
+    """A fresh conversation for the same visitor, once this one is full."""
+    session_key = Conversation.objects.get(pk=conversation_id).session_key
+    return Conversation.objects.create(session_key=session_key)
+
+
 def history(conversation: Conversation) -> list[dict[str, Any]]:
     """The turns of a conversation, as the chat page shows them."""
     return [

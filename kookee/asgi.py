@@ -13,10 +13,19 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from chat.turns import start_background  # noqa: E402
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+
+async def application(scope, receive, send):
+    # The first request of a server process starts its stale-turn sweeper and
+    # shutdown hook (there is no start-up hook that every ASGI server calls).
+    if scope["type"] in ("http", "websocket"):
+        start_background()
+    return await router(scope, receive, send)

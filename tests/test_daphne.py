@@ -242,8 +242,8 @@ async def test_a_killed_process_leaves_a_turn_the_next_one_closes_and_bills(tmp_
     assert _stored(database, turn_id) == ("streaming", 0, "Before the end", 0, 0)
 
     with daphne(tmp_path, **env) as (address, database, _):
-        async with _connect(address, _session_cookie(address)):  # a visitor arrives; the sweeper runs
-            row = await _wait_for_row(database, turn_id, lambda row: row[0] != "streaming")
+        await asyncio.to_thread(_session_cookie, address)  # any first request starts the sweeper
+        row = await _wait_for_row(database, turn_id, lambda row: row[0] != "streaming")
     assert row == ("interrupted", 1, "Before the end", 1, 1)
     with sqlite3.connect(database) as db:
         estimated, error = db.execute(

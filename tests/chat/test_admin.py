@@ -315,7 +315,7 @@ def test_the_conversation_list_shows_counts_tokens_cost_and_flags(admin_client, 
 
 def test_the_conversation_page_reads_like_the_chat(admin_client, conversation):
     page = admin_client.get(f"/admin/chat/conversation/{conversation.pk}/change/").content.decode()
-    assert "Let me look.<br><br>Paste the tag." in page
+    assert ">Let me look.\n\nPaste the tag.</div>" in page  # whitespace kept, shown pre-wrap
     assert "Half &lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert SCRIPT not in page
     assert 'kk-badge--interrupted">interrupted' in page
@@ -365,3 +365,40 @@ def test_conversations_are_searched_by_text_and_filtered(admin_client, conversat
     assert listed("q=refunds") == {theirs}
     assert listed("turn_status=interrupted") == {mine}
     assert listed("model=llama3") == {theirs}
+
+
+# --- every page that shows model output escapes it; every list has fixed queries -------------
+
+
+def test_tool_calls_and_generations_escape_model_output(admin_client):
+    turn = make_turn(generations=1, user_text=SCRIPT)
+    call = ToolCall.objects.create(
+        generation=turn.generations.get(), name=SCRIPT, arguments=SCRIPT, result=SCRIPT, error=SCRIPT
+    )
+    shows_it = [
+        "/admin/chat/toolcall/",
+        f"/admin/chat/toolcall/{call.pk}/change/",
+        f"/admin/chat/generation/{call.generation_id}/change/",
+        "/admin/chat/turn/",
+    ]
+    for url in [*shows_it, "/admin/chat/generation/"]:
+        page = admin_client.get(url).content.decode()
+        assert SCRIPT not in page, url
+        assert ("&lt;script&gt;" in page) == (url in shows_it), url
+
+
+@pytest.mark.parametrize("url", ["/admin/chat/generation/", "/admin/chat/toolcall/", "/admin/chat/helparticle/"])
+def test_other_changelists_run_a_fixed_number_of_queries(admin_client, django_assert_num_queries, url):
+    def add(count):
+        for n in range(count):
+            turn = make_turn(generations=1)
+            ToolCall.objects.create(generation=turn.generations.get(), name="search_help_center", arguments="{}")
+            HelpArticle.objects.create(title=f"Article {n} {turn.pk}", slug=f"article-{turn.pk}", body="...")
+
+    add(2)
+    admin_client.get(url)
+    with CaptureQueriesContext(connection) as few:
+        admin_client.get(url)
+    add(10)
+    with django_assert_num_queries(len(few.captured_queries)):
+        admin_client.get(url)

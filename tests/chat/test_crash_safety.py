@@ -2,10 +2,12 @@
 a dead process left, and endings where the database or the socket fails."""
 
 import asyncio
+import io
 from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
+from django.core.management import call_command
 from django.utils import timezone
 
 from billing.models import LedgerEntry
@@ -200,3 +202,13 @@ async def test_a_socket_that_cannot_send_interrupts_the_turn(use_provider):
     assert (turn.status, turn.interrupted, turn.assistant_text) == ("interrupted", True, "")  # nothing got out
     assert await database_sync_to_async(LedgerEntry.objects.filter(turn_id=turn_id).count)() == 1
     assert sent == ["turn.started", "turn.ended"]
+
+
+def test_the_start_up_command_closes_stale_turns():
+    turn = stale_turn()
+    out = io.StringIO()
+    call_command("close_stale_turns", stale_after=30, stdout=out)
+    assert "Closed 1 stale turn(s)." in out.getvalue()
+    turn.refresh_from_db()
+    assert turn.status == "interrupted"
+    assert LedgerEntry.objects.filter(turn=turn).count() == 1

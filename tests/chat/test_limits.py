@@ -142,7 +142,7 @@ async def test_a_conversation_over_its_token_budget_is_refused(visitors, use_pro
     ended = await chat.finish(await chat.ask("a long question"))
     assert ended["usage"]["input_tokens"] + ended["usage"]["output_tokens"] == 610
 
-    await refused(chat, "budget_exhausted")
+    await refused(chat, "conversation_full")
 
     assert await turn_count() == 1
     assert len(use_provider.requests) == 1
@@ -241,3 +241,25 @@ async def test_a_flood_closes_the_socket_and_the_running_turn_is_saved_and_bille
 
     assert await stored() == ("interrupted", True, "Working", 1)
     assert await turn_count() == 1
+
+
+async def test_a_full_conversation_makes_way_for_a_new_one(visitors, use_provider, settings):
+    settings.KOOKEE_TOKENS_PER_CONVERSATION = 500
+    chat = await visitors()
+    use_provider.queue(answer("ok", 600, 10), answer("A fresh start."))
+    first = await chat.finish(await chat.ask("a long question"))
+    await refused(chat, "conversation_full")
+
+    second = await chat.ask("hello again")
+    assert (await chat.finish(second))["status"] == "completed"
+
+    @database_sync_to_async
+    def conversations():
+        first_turn, second_turn = Turn.objects.get(pk=first["turn_id"]), Turn.objects.get(pk=second)
+        return first_turn.conversation.session_key == second_turn.conversation.session_key, (
+            first_turn.conversation_id != second_turn.conversation_id
+        )
+
+    assert await conversations() == (True, True)
+    # The new conversation starts without the old one's history.
+    assert [m["role"] for m in use_provider.requests[1].body["messages"]] == ["system", "user"]

@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 
 from billing.models import LedgerEntry
 from tests.chat.chat_client import ChatClient
-from tests.provider import HTTPError, Pause, WaitFor, answer, finish, text, usage
+from tests.provider import HTTPError, Pause, WaitFor, answer, chunk, finish, text, usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -187,3 +187,22 @@ async def test_other_conversations_keep_working(chat, use_provider, fast_faults)
     finally:
         await other.close()
     assert await database_sync_to_async(LedgerEntry.objects.count)() == 2
+
+
+async def test_an_opening_role_chunk_does_not_end_the_first_token_wait(chat, use_provider, fast_faults):
+    """The first-token timeout covers a model thinking after its role chunk;
+    the shorter stall timeout only starts once it says something."""
+    fast_faults.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT = 5
+    fast_faults.KOOKEE_PROVIDER_STALL_TIMEOUT = 0.3
+    use_provider.queue([chunk(delta={"role": "assistant", "content": ""}), Pause(0.6), *answer("Thought it over.")])
+    turn_id = await chat.ask("hard question")
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "completed"
+    assert chat.text_of(turn_id) == "Thought it over."
+
+
+@pytest.mark.parametrize("status", [408, 409, 500, 503, 529])
+async def test_retryable_statuses_end_as_unavailable(chat, use_provider, status):
+    use_provider.queue(*[[HTTPError(status, {"error": {"message": "try later"}})] for _ in range(3)])
+    await failed_turn(chat, "provider_unavailable")
+    assert len(use_provider.requests) == 3
