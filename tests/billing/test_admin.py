@@ -3,7 +3,6 @@ CSV export and monthly summary adding up to the ledger, and no transcript
 text anywhere finance can look."""
 
 import csv
-import importlib
 import io
 from collections import defaultdict
 from datetime import datetime, time, timedelta
@@ -32,19 +31,6 @@ ESCAPED_SCRIPT = "&lt;script&gt;alert(1)&lt;/script&gt;"
 VISITOR_SECRET = "SECRET-VISITOR-TEXT"
 MODEL_SECRET = "SECRET-MODEL-TEXT"
 PASSWORD = "a-long-test-password"
-
-
-@pytest.fixture(autouse=True)
-def prices():
-    """The prices the data migration seeds (a transactional test elsewhere
-    may have flushed them)."""
-    seeded = importlib.import_module("billing.migrations.0003_initial_prices")
-    for model, (input_price, output_price) in seeded.PRICES.items():
-        Price.objects.get_or_create(
-            model=model,
-            effective_from=seeded.START,
-            defaults={"input_per_million": Decimal(input_price), "output_per_million": Decimal(output_price)},
-        )
 
 
 # --- people --------------------------------------------------------------------------------

@@ -1,6 +1,5 @@
 """Billing: one append-only ledger entry per turn, priced from the price table."""
 
-import importlib
 import logging
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -23,19 +22,6 @@ def turn_id():
     conversation = Conversation.objects.create(session_key="k")
     turn_id, _messages = services.start_turn(conversation.id, "question", "gpt-4o-mini")
     return turn_id
-
-
-@pytest.fixture(autouse=True)
-def prices():
-    """The prices the data migration seeds (a transactional test elsewhere
-    may have flushed them)."""
-    seeded = importlib.import_module("billing.migrations.0003_initial_prices")
-    for model, (input_price, output_price) in seeded.PRICES.items():
-        Price.objects.get_or_create(
-            model=model,
-            effective_from=seeded.START,
-            defaults={"input_per_million": Decimal(input_price), "output_per_million": Decimal(output_price)},
-        )
 
 
 @pytest.fixture
