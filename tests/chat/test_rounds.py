@@ -30,9 +30,11 @@ class Sink:
         self.deltas = []
         self.tools = []
         self.rounds = []
+        self.got_text = asyncio.Event()
 
     async def delta(self, text):
         self.deltas.append(text)
+        self.got_text.set()
 
     async def tool(self, name, status):
         self.tools.append((name, status))
@@ -70,6 +72,19 @@ async def run(open_stream, search=None, max_rounds=5):
     outcome = await loop.run(MESSAGES)
     assert sink.text == loop.text
     return outcome, loop, sink, search
+
+
+async def stop_after_first_text(open_stream):
+    """Runs a turn and cancels it (a Stop) once its first text is sent."""
+    sink = Sink()
+    loop = RoundLoop(open_stream, [], sink, 5)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    async with asyncio.timeout(5):
+        await sink.got_text.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return loop, sink
 
 
 def tool_messages(request_body):
@@ -558,21 +573,8 @@ async def test_a_model_that_keeps_calling_tools_fails_at_the_cap(provider, open_
 async def test_cancelling_mid_stream_closes_the_provider_request(provider, open_stream):
     release = asyncio.Event()
     provider.queue([text("Streaming"), WaitFor(release), finish("stop"), DONE])
-    got_text = asyncio.Event()
-
-    class SignallingSink(Sink):
-        async def delta(self, text):
-            await super().delta(text)
-            got_text.set()
-
-    loop = RoundLoop(open_stream, [], SignallingSink(), 5)
-    task = asyncio.create_task(loop.run(MESSAGES))
+    loop, _ = await stop_after_first_text(open_stream)
     request = await provider.wait_for_request(1)
-    async with asyncio.timeout(5):
-        await got_text.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
     async with asyncio.timeout(5):
         await request.hung_up.wait()
     assert request.hung_up_early
@@ -637,21 +639,7 @@ async def test_a_stopped_answer_holds_no_unsent_text(provider, open_stream):
     """Whitespace held back at Stop was never sent, so it is not stored."""
     release = asyncio.Event()
     provider.queue([text("Line one.\n"), WaitFor(release), text("never"), finish("stop"), DONE])
-    got = asyncio.Event()
-
-    class SignallingSink(Sink):
-        async def delta(self, text):
-            await super().delta(text)
-            got.set()
-
-    sink = SignallingSink()
-    loop = RoundLoop(open_stream, [], sink, 5)
-    task = asyncio.create_task(loop.run(MESSAGES))
-    async with asyncio.timeout(5):
-        await got.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    loop, sink = await stop_after_first_text(open_stream)
     assert sink.text == loop.text == "Line one."
 
 
@@ -708,40 +696,14 @@ async def test_a_providers_extra_call_fields_go_back_with_the_call(provider, ope
 async def test_a_round_stopped_mid_reasoning_estimates_its_output(provider, open_stream):
     # The visible text after the reasoning tells the test the reasoning was read.
     provider.queue([chunk(delta={"reasoning_content": "x" * 400}), text("A"), WaitFor(asyncio.Event())])
-    got = asyncio.Event()
-
-    class SignallingSink(Sink):
-        async def delta(self, text):
-            await super().delta(text)
-            got.set()
-
-    loop = RoundLoop(open_stream, [], SignallingSink(), 5)
-    task = asyncio.create_task(loop.run(MESSAGES))
-    async with asyncio.timeout(5):
-        await got.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    loop, _ = await stop_after_first_text(open_stream)
     assert loop.rounds[0].usage.output_tokens == 101  # 401 characters, ~4 per token
     assert loop.rounds[0].usage.estimated is True
 
 
 async def test_running_usage_on_a_stopped_round_is_an_estimate(provider, open_stream):
     provider.queue([text("Hello world, this is long", usage=_usage(40, 1)), WaitFor(asyncio.Event())])
-    got = asyncio.Event()
-
-    class SignallingSink(Sink):
-        async def delta(self, text):
-            await super().delta(text)
-            got.set()
-
-    loop = RoundLoop(open_stream, [], SignallingSink(), 5)
-    task = asyncio.create_task(loop.run(MESSAGES))
-    async with asyncio.timeout(5):
-        await got.wait()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    loop, _ = await stop_after_first_text(open_stream)
     usage_now = loop.rounds[0].usage
     assert (usage_now.input_tokens, usage_now.estimated) == (40, True)
     assert usage_now.output_tokens == 7  # 25 characters, more than the stale running total of 1
