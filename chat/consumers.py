@@ -10,13 +10,15 @@ import asyncio
 import json
 import logging
 from typing import Any
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from chat import provider, services, turns
+from chat import embed, provider, services, turns
 from chat.limits import FrameBudget, LimitReached
+from chat.models import Conversation
 from chat.rounds import storable
 from chat.turns import run_turn
 
@@ -43,9 +45,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._cancel_turn()
 
     async def connect(self) -> None:
-        conversation = await database_sync_to_async(services.conversation_for_session)(self.scope["session"])
+        conversation = await database_sync_to_async(_conversation)(self.scope)
         if conversation is None:
-            # No session cookie from GET /: refuse, as for a foreign origin.
+            # No session cookie from GET / (nor a widget token): refuse, as
+            # for a foreign origin.
             await self.close(code=CLOSE_NO_SESSION)
             return
         self.conversation_id = conversation.id
@@ -66,6 +69,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._error(*problem)
         elif frame["type"] == "stop":
             await self._cancel_turn()
+        elif frame["type"] == "history":
+            turns = await database_sync_to_async(services.history_of)(self.conversation_id)
+            await self.send_json({"type": "history", "turns": turns})
         elif self._turn_running():
             await self._error("busy", "A turn is already running; stop it or wait for it to end.")
         else:
@@ -111,6 +117,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send_json({"type": "error", "code": code, "message": message})
 
 
+def _conversation(scope: dict[str, Any]) -> Conversation | None:
+    """The visitor's conversation: the widget's token when one is presented
+    (the embed page), else the session cookie (the chat page)."""
+    tokens = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+    if tokens:
+        key = embed.visitor_key(tokens[0])
+        return services.conversation_for_visitor(key) if key else None
+    return services.conversation_for_session(scope["session"])
+
+
 def _client_address(scope: dict[str, Any]) -> str | None:
     # Behind a proxy, run daphne with --proxy-headers so this is the visitor's.
     client = scope.get("client")
@@ -127,7 +143,7 @@ def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, A
         return {}, ("bad_json", "The frame is not valid JSON.")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         return {}, ("bad_frame", 'A frame is a JSON object with a "type".')
-    if frame["type"] == "stop":
+    if frame["type"] in ("stop", "history"):
         return frame, None
     if frame["type"] != "message":
         return {}, ("unknown_type", f"Unknown frame type {frame['type'][:40]!r}.")

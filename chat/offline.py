@@ -115,10 +115,10 @@ def _answer_from_results(messages: list[dict[str, Any]]) -> str:
             "I couldn't find a help-center article about that. Could you rephrase it, "
             "or tell me a bit more about what you're trying to do?"
         )
-    paragraphs = [f"**{a['title']}**: {a['snippet']}" for a in found]
-    sources = "\n".join(f"- [{a['title']}]({a['url']})" for a in found)
-    intro = "Here's what the help center says:"
-    return "\n\n".join([intro, *paragraphs, f"Sources:\n{sources}"])
+    # Cite inline, as the system prompt asks: the page lists the articles an
+    # answer links to as its sources.
+    paragraphs = [f"**[{a['title']}]({a['url']})**: {a['snippet']}" for a in found]
+    return "\n\n".join(["Here's what the help center says:", *paragraphs])
 
 
 def _parse(content: Any) -> dict[str, Any]:

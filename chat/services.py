@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Prefetch, Sum
 from django.utils import timezone
 
 from billing.models import LedgerEntry
@@ -20,6 +20,7 @@ from billing.services import bill_once
 from chat.limits import check_turn_allowed
 from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
 from chat.rounds import Round, storable
+from chat.sources import search_results, used_articles
 
 logger = logging.getLogger("kookee.generations")
 
@@ -43,6 +44,12 @@ def conversation_for_session(session: SessionBase) -> Conversation | None:
     session.load()  # forgets the key of a session that is missing or expired
     if session.session_key != key:
         return None
+    return conversation_for_visitor(key)
+
+
+def conversation_for_visitor(key: str) -> Conversation:
+    """The visitor's latest conversation (a session key, or a widget
+    visitor's key), created on first use."""
     conversation = Conversation.objects.filter(session_key=key).order_by("-id").first()
     return conversation or Conversation.objects.create(session_key=key)
 
@@ -53,16 +60,27 @@ def start_new_conversation(conversation_id: int) -> Conversation:
     return Conversation.objects.create(session_key=session_key)
 
 
+def history_of(conversation_id: int) -> list[dict[str, Any]]:
+    return history(Conversation.objects.get(pk=conversation_id))
+
+
 def history(conversation: Conversation) -> list[dict[str, Any]]:
     """The turns of a conversation, as the chat page shows them."""
+    turns = conversation.turns.order_by("started_at", "id").prefetch_related(
+        Prefetch("generations__tool_calls", queryset=ToolCall.objects.only("generation_id", "name", "result"))
+    )
     return [
         {
             "turn_id": turn.id,
             "user_text": turn.user_text,
             "assistant_text": turn.assistant_text,
             "status": turn.status,
+            "sources": used_articles(
+                turn.assistant_text,
+                search_results(call for generation in turn.generations.all() for call in generation.tool_calls.all()),
+            ),
         }
-        for turn in conversation.turns.order_by("started_at", "id")
+        for turn in turns
     ]
 
 

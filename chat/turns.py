@@ -20,6 +20,7 @@ from django.conf import settings
 
 from chat import provider, rounds, services
 from chat.rounds import Outcome, Round, RoundLoop
+from chat.sources import search_results, used_articles
 from chat.tools import TOOLS
 
 logger = logging.getLogger("kookee.turns")
@@ -174,6 +175,8 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
         "status": outcome.status,
         "generations": len(loop.rounds),
         "usage": usage,
+        # Beyond the contract: the articles the answer used, for the visitor.
+        "sources": used_articles(loop.text, search_results(call for rnd in loop.rounds for call in rnd.tool_calls)),
     }
     await _send_quietly(turn, ended)
 

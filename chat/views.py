@@ -1,7 +1,15 @@
 from django.shortcuts import get_object_or_404, render
+from django.views.decorators.clickjacking import xframe_options_exempt
 
-from chat import services
+from chat import embed, services
 from chat.models import HelpArticle
+
+# Defence in depth for pages that show model text: even if markup slipped
+# through the renderer, no inline script or foreign resource would load.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors {ancestors}"
+)
 
 
 def index(request):
@@ -12,7 +20,22 @@ def index(request):
         # A new visitor, or a cookie for a session that expired or is gone.
         request.session.create()
         conversation = services.conversation_for_session(request.session)
-    return render(request, "chat/index.html", {"history": services.history(conversation)})
+    response = render(request, "chat/index.html", {"history": services.history(conversation)})
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(ancestors="'none'")
+    return response
+
+
+@xframe_options_exempt  # framing is governed by frame-ancestors instead
+def embed_page(request):
+    """The widget's chat, framed by a customer's page (static/chat/widget.js).
+
+    It sets no cookie: the visitor is known by the token, a fresh one here,
+    which the page keeps only if its storage holds none yet. The history
+    comes over the WebSocket, for the token the page settles on.
+    """
+    response = render(request, "chat/embed.html", {"token": embed.new_token()})
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(ancestors=embed.frame_ancestors())
+    return response
 
 
 def help_article(request, slug: str):

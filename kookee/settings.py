@@ -2,9 +2,11 @@
 manage.py), with defaults that need nothing running: SQLite, the in-memory
 channel layer and the built-in offline model."""
 
+import re
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -146,6 +148,14 @@ KOOKEE_TURNS_PER_MINUTE = env.int("KOOKEE_TURNS_PER_MINUTE", default=10)
 KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = env.int("KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS", default=60)
 KOOKEE_TOKENS_PER_CONVERSATION = env.int("KOOKEE_TOKENS_PER_CONVERSATION", default=500_000)
 KOOKEE_TOKENS_PER_DAY = env.int("KOOKEE_TOKENS_PER_DAY", default=20_000_000)
+# Sites that may embed the chat widget (static/chat/widget.js), as origins:
+# "https://www.example.com". The chat's own origin always may.
+KOOKEE_EMBED_ORIGINS = env.list("KOOKEE_EMBED_ORIGINS", default=[])
+for _origin in KOOKEE_EMBED_ORIGINS:
+    # They go into a Content-Security-Policy header: origins only, nothing
+    # that could end the directive or widen it.
+    if not re.fullmatch(r"https?://(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?", _origin):
+        raise ImproperlyConfigured(f"KOOKEE_EMBED_ORIGINS: {_origin!r} is not an origin like https://www.example.com")
 # Earlier turns sent to the model as context.
 KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
 # Pace of the offline model: tokens per second and delay before the first one.

@@ -5,71 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import sqlite3
-import subprocess
-import sys
-import time
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import websockets
 
 from tests.provider import ScriptedProvider, WaitFor, text
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def daphne(tmp_path: Path, **env: str):
-    """Migrates a fresh SQLite database and serves the app with daphne."""
-    database = tmp_path / "db.sqlite3"
-    environment = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{database}",
-        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "OPENAI_API_KEY": "",
-        "OPENAI_BASE_URL": "",
-        **env,
-    }
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "-v0"], env=environment, check=True, cwd=ROOT)
-    subprocess.run([*manage, "load_demo_help_center"], env=environment, check=True, cwd=ROOT, capture_output=True)
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kookee.asgi:application"],
-        env=environment,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_until_listening(port, process)
-        yield f"127.0.0.1:{port}", database, process
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def _wait_until_listening(port: int, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "daphne exited"
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError("daphne did not start")
+from tests.servers import daphne
 
 
 def _session_cookie(address: str) -> str:

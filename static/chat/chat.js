@@ -1,151 +1,427 @@
-// The chat page: one WebSocket, frames as in docs/contract.md.
-// Model text is only ever set with textContent: nothing it writes is markup.
-(() => {
-  "use strict";
-  const log = document.getElementById("log");
-  const form = document.getElementById("composer");
-  const input = document.getElementById("text");
-  const button = document.getElementById("send");
-  const connection = document.getElementById("connection");
-  const TOOL_LABELS = { search_help_center: "Searching the help center…" };
-  const ENDINGS = {
-    interrupted: "Stopped",
-    truncated: "Cut off: the answer reached its length limit",
-    failed: "Something went wrong; please try again",
-  };
+// The chat, on the chat page and in the widget's frame: one WebSocket, the
+// frames of docs/contract.md, plus {"type": "history"} to learn what the
+// server stored (on every connect: after a drop, the truth about an answer
+// that was in flight comes from there, not from what this page guessed).
+import { renderInto } from "./markdown.js";
 
-  let socket = null;
-  let current = null; // the answer being streamed: {turnId, bubble, text, tool}
-  let pending = null; // a message sent, not yet taken (turn.started) or refused (error)
+const root = document.getElementById("chat");
+const log = document.getElementById("log");
+const input = document.getElementById("text");
+const button = document.getElementById("send");
+const connection = document.getElementById("connection");
+const embedded = root.dataset.embedded === "true";
 
-  function addMessage(role, text) {
-    const item = document.createElement("li");
-    item.className = `message message--${role}`;
-    const body = document.createElement("div");
-    body.className = "message__text";
-    body.textContent = text;
-    item.append(body);
-    log.append(item);
-    scrollToEnd();
-    return item;
+const TOOL_LABELS = { search_help_center: "Searching the help center…" };
+const ENDINGS = {
+  interrupted: "Stopped.",
+  dropped: "Interrupted: the connection dropped while this answer was being written.",
+  truncated: "Cut off: the answer reached its length limit.",
+  failed: "Something went wrong with this answer.",
+};
+const MAX_BACKOFF_MS = 10000;
+const STILL_STREAMING_RECHECK_MS = 2000;
+
+let socket = null;
+let attempts = 0; // failed connection attempts in a row
+let reconnectTimer = null;
+let current = null; // the answer streaming now
+let pending = null; // {text}: sent, neither started (turn.started) nor refused yet
+let recheck = null; // timer: a dropped answer the server had not closed yet
+const views = new Map(); // turn id -> the turn on screen
+
+// --- the widget's visitor ------------------------------------------------------------------
+// The frame is third-party on the customer's site: no cookies. Its visitor
+// is a signed token kept in the frame's storage (per host site).
+const TOKEN_KEY = "kookee.token";
+let token = embedded ? readToken() || root.dataset.token : null;
+if (embedded) saveToken(token);
+
+function readToken() {
+  try {
+    return localStorage.getItem(TOKEN_KEY);
+  } catch {
+    return null; // storage blocked: the conversation lasts as long as the page
   }
+}
 
-  function scrollToEnd() {
-    log.scrollTop = log.scrollHeight;
+function saveToken(value) {
+  try {
+    localStorage.setItem(TOKEN_KEY, value);
+  } catch {
+    /* see readToken */
   }
+}
 
-  function markEnding(item, status) {
-    item.dataset.status = status;
-    if (!ENDINGS[status]) return;
-    const note = document.createElement("p");
-    note.className = "message__note";
-    note.textContent = ENDINGS[status];
-    item.append(note);
-    scrollToEnd();
-  }
+// --- rendering -----------------------------------------------------------------------------
 
-  function setStreaming(streaming) {
-    button.textContent = streaming ? "Stop" : "Send";
-    button.dataset.action = streaming ? "stop" : "send";
-    button.disabled = !socket || socket.readyState !== WebSocket.OPEN;
-  }
+function nearBottom() {
+  return log.scrollHeight - log.scrollTop - log.clientHeight < 80;
+}
 
-  function showTool(frame) {
-    if (!current) return;
-    if (!current.tool) {
-      current.tool = document.createElement("p");
-      current.tool.className = "message__tool";
-      current.bubble.prepend(current.tool);
-    }
-    current.tool.hidden = frame.status !== "started";
-    current.tool.textContent = TOOL_LABELS[frame.name] || "Working…";
-  }
+function keepScrolled(wasNearBottom) {
+  // Follow the answer only if the visitor has not scrolled up to read.
+  if (wasNearBottom) log.scrollTop = log.scrollHeight;
+}
 
-  const handlers = {
-    "turn.started": (frame) => {
-      addMessage("user", pending || "");
-      pending = null;
-      current = { turnId: frame.turn_id, bubble: addMessage("assistant", ""), text: "", tool: null };
-      current.bubble.setAttribute("aria-busy", "true");
-      setStreaming(true);
-    },
-    delta: (frame) => {
-      if (!current || frame.turn_id !== current.turnId) return;
-      current.text += frame.text;
-      current.bubble.querySelector(".message__text").textContent = current.text;
-      if (current.tool) current.tool.hidden = true;
-      scrollToEnd();
-    },
-    tool: showTool,
-    "turn.ended": (frame) => {
-      if (!current || frame.turn_id !== current.turnId) return;
-      current.bubble.removeAttribute("aria-busy");
-      if (current.tool) current.tool.hidden = true;
-      markEnding(current.bubble, frame.status);
-      current = null;
-      setStreaming(false);
-      input.focus();
-    },
-    error: (frame) => {
-      connection.textContent = frame.message;
-      if (pending !== null && !frame.turn_id) {
-        // Refused (busy, too long, a limit): nothing was stored; give the text back.
-        input.value = pending;
-        pending = null;
-        setStreaming(false);
-      }
-    },
-  };
+function bubble(role) {
+  document.getElementById("empty")?.remove();
+  const item = document.createElement("article");
+  item.className = `message message--${role}`;
+  const who = document.createElement("h2");
+  who.className = "visually-hidden";
+  who.textContent = role === "user" ? "You said:" : "Kookee said:";
+  const body = document.createElement("div");
+  body.className = "message__text";
+  item.append(who, body);
+  log.append(item);
+  return { item, body };
+}
 
-  function connect() {
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    socket = new WebSocket(`${scheme}://${location.host}/ws/chat/`);
-    socket.addEventListener("open", () => {
-      connection.textContent = "Connected";
-      setStreaming(false);
-    });
-    socket.addEventListener("message", (event) => {
-      const frame = JSON.parse(event.data);
-      (handlers[frame.type] || (() => {}))(frame);
-    });
-    socket.addEventListener("close", () => {
-      connection.textContent = "Disconnected. Reload the page to reconnect.";
-      if (current) markEnding(current.bubble, "interrupted");
-      current = null;
-      pending = null;
-      setStreaming(false);
-      button.disabled = true;
+function addUser(text) {
+  const follow = nearBottom();
+  const { item, body } = bubble("user");
+  body.textContent = text;
+  keepScrolled(follow);
+  return item;
+}
+
+function addTurn(turnId, userText) {
+  const user = addUser(userText);
+  const { item, body } = bubble("assistant");
+  const view = { turnId, userText, user, item, body, text: "", status: "streaming", frame: 0, stopAsked: false };
+  item.dataset.turnId = turnId;
+  views.set(turnId, view);
+  return view;
+}
+
+function setText(view, text, now = false) {
+  view.text = text;
+  if (now) {
+    cancelAnimationFrame(view.frame);
+    view.frame = 0;
+    paint(view);
+  } else if (!view.frame) {
+    // Deltas arrive faster than frames are drawn: paint once per frame.
+    view.frame = requestAnimationFrame(() => {
+      view.frame = 0;
+      paint(view);
     });
   }
+}
 
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    if (button.dataset.action === "stop") {
-      socket.send(JSON.stringify({ type: "stop" }));
+function paint(view) {
+  const follow = nearBottom();
+  renderInto(view.body, view.text);
+  keepScrolled(follow);
+}
+
+function showTool(view, name, status) {
+  if (!view.tool) {
+    view.tool = document.createElement("p");
+    view.tool.className = "message__tool";
+    view.item.insertBefore(view.tool, view.body);
+  }
+  view.tool.textContent = TOOL_LABELS[name] || "Working…";
+  view.tool.hidden = status !== "started";
+}
+
+function setNote(view, text, retry = false) {
+  view.note?.remove();
+  view.note = null;
+  if (!text) return;
+  view.note = document.createElement("p");
+  view.note.className = "message__note";
+  view.note.textContent = text;
+  if (retry) {
+    const again = document.createElement("button");
+    again.type = "button";
+    again.className = "message__retry";
+    again.textContent = "Retry";
+    again.addEventListener("click", () => ask(view.userText));
+    view.note.append(" ", again);
+  }
+  view.item.append(view.note);
+}
+
+function showSources(view, sources) {
+  view.sources?.remove();
+  view.sources = null;
+  if (!sources || !sources.length) return;
+  const nav = document.createElement("nav");
+  nav.className = "message__sources";
+  nav.setAttribute("aria-label", "Sources");
+  const title = document.createElement("h3");
+  title.textContent = "Sources";
+  const list = document.createElement("ul");
+  for (const source of sources) {
+    const link = document.createElement("a");
+    link.href = new URL(source.url, location.href).href;
+    link.target = "_blank";
+    link.rel = "noopener";
+    link.textContent = source.title;
+    const entry = document.createElement("li");
+    entry.append(link);
+    list.append(entry);
+  }
+  nav.append(title, list);
+  view.item.insertBefore(nav, view.note || null);
+  view.sources = nav;
+}
+
+// Shows how a turn ended. `text` is the server's, when it is known.
+function finish(view, { status, text, sources, message }) {
+  if (text !== undefined) setText(view, text, true);
+  else setText(view, view.text, true);
+  view.status = status;
+  view.item.dataset.status = status;
+  view.item.removeAttribute("aria-busy");
+  if (view.tool) view.tool.hidden = true;
+  showSources(view, sources);
+  if (status === "interrupted") setNote(view, view.stopAsked ? ENDINGS.interrupted : ENDINGS.dropped);
+  else if (status === "failed") setNote(view, `${message || ENDINGS.failed}`, true);
+  else setNote(view, ENDINGS[status] || "");
+  if (view === current) current = null;
+}
+
+function showHistory(turns) {
+  for (const turn of turns) {
+    const view = addTurn(turn.turn_id, turn.user_text);
+    finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources });
+  }
+  if (turns.some((turn) => turn.status === "streaming")) scheduleRecheck();
+  log.scrollTop = log.scrollHeight;
+}
+
+// --- controls ------------------------------------------------------------------------------
+
+function open() {
+  return socket !== null && socket.readyState === WebSocket.OPEN;
+}
+
+function updateControls() {
+  const streaming = current !== null;
+  button.textContent = streaming ? "Stop" : "Send";
+  button.dataset.action = streaming ? "stop" : "send";
+  button.setAttribute("aria-label", streaming ? "Stop the answer" : "Send your question");
+  button.disabled = !open() || (!streaming && pending !== null);
+}
+
+function setConnection(text, state) {
+  connection.textContent = text;
+  root.dataset.connection = state;
+}
+
+function send(frame) {
+  if (open()) socket.send(JSON.stringify(frame));
+}
+
+function ask(text) {
+  text = text.trim();
+  if (!text || !open() || current || pending) return false;
+  pending = { text };
+  send({ type: "message", text });
+  updateControls();
+  return true;
+}
+
+function stop() {
+  if (!current) return;
+  current.stopAsked = true;
+  send({ type: "stop" });
+}
+
+// --- frames --------------------------------------------------------------------------------
+
+const handlers = {
+  "turn.started": (frame) => {
+    current = addTurn(frame.turn_id, pending ? pending.text : "");
+    current.item.setAttribute("aria-busy", "true");
+    pending = null;
+    setConnection("", "open");
+  },
+  delta: (frame) => {
+    const view = views.get(frame.turn_id);
+    if (view !== current) return;
+    if (view.tool) view.tool.hidden = true;
+    setText(view, view.text + frame.text);
+  },
+  tool: (frame) => {
+    const view = views.get(frame.turn_id);
+    if (view === current) showTool(view, frame.name, frame.status);
+  },
+  error: (frame) => {
+    if (frame.turn_id) {
+      // Why a turn failed; its turn.ended follows.
+      const view = views.get(frame.turn_id);
+      if (view) view.message = frame.message;
       return;
     }
-    const text = input.value.trim();
-    if (!text || pending !== null) return;
-    pending = text;
-    button.disabled = true;
-    socket.send(JSON.stringify({ type: "message", text }));
-    input.value = "";
-  });
-
-  input.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey) {
-      event.preventDefault();
-      form.requestSubmit();
+    setConnection(frame.message, "open");
+    if (pending) {
+      // Refused (busy, too long, a limit): nothing was stored; give the text back.
+      if (!input.value) input.value = pending.text;
+      pending = null;
     }
-  });
+  },
+  "turn.ended": (frame) => {
+    const view = views.get(frame.turn_id);
+    if (view !== current) return;
+    finish(view, { status: frame.status, sources: frame.sources, message: view.message });
+    if (document.activeElement === button || document.activeElement === document.body) input.focus();
+  },
+  history: (frame) => reconcile(frame.turns),
+};
 
-  document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && current) socket.send(JSON.stringify({ type: "stop" }));
-  });
-
-  for (const turn of JSON.parse(document.getElementById("history").textContent)) {
-    addMessage("user", turn.user_text);
-    markEnding(addMessage("assistant", turn.assistant_text), turn.status);
+// Brings the screen in line with what the server stored: turns this page
+// missed (or only half saw, before a drop) are shown as they were saved.
+function reconcile(turns) {
+  let stillStreaming = false;
+  for (const turn of turns) {
+    let view = views.get(turn.turn_id);
+    if (!view) {
+      if (pending && turn.user_text === pending.text) pending = null; // sent just before a drop
+      view = addTurn(turn.turn_id, turn.user_text);
+    }
+    if (view === current) continue;
+    if (turn.status === "streaming") {
+      // Its server has not noticed the drop yet; ask again shortly.
+      stillStreaming = true;
+      setText(view, turn.assistant_text, true);
+      setNote(view, "This answer was still being written when we last heard from the server. Checking again…");
+    } else if (view.status !== turn.status || view.text !== turn.assistant_text) {
+      finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources, message: view.message });
+    }
   }
-  connect();
-})();
+  if (pending) {
+    // Sent as the connection dropped, and never reached the server.
+    if (!input.value) input.value = pending.text;
+    pending = null;
+    setConnection("Your last message was not sent. Please send it again.", "open");
+  }
+  if (stillStreaming) scheduleRecheck();
+  updateControls();
+}
+
+function scheduleRecheck() {
+  clearTimeout(recheck);
+  recheck = setTimeout(() => send({ type: "history" }), STILL_STREAMING_RECHECK_MS);
+}
+
+// --- the connection ------------------------------------------------------------------------
+
+function socketUrl() {
+  const url = new URL(root.dataset.socket, location.href);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  if (token) url.searchParams.set("token", token);
+  return url.href;
+}
+
+function connect() {
+  clearTimeout(reconnectTimer);
+  reconnectTimer = null;
+  let opened = false;
+  socket = new WebSocket(socketUrl());
+  socket.addEventListener("open", () => {
+    opened = true;
+    attempts = 0;
+    setConnection("", "open");
+    send({ type: "history" });
+    updateControls();
+  });
+  socket.addEventListener("message", (event) => {
+    let frame;
+    try {
+      frame = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    handlers[frame.type]?.(frame);
+    updateControls();
+  });
+  socket.addEventListener("close", (event) => {
+    socket = null;
+    if (current) {
+      // What the server saved is asked for once we are back.
+      setText(current, current.text, true);
+      setNote(current, "Connection lost. Checking what was saved…");
+      current.item.removeAttribute("aria-busy");
+      current = null;
+    }
+    updateControls();
+    if (event.code === 1008) {
+      setConnection("Disconnected: too many messages at once. Reload the page to continue.", "closed");
+      return;
+    }
+    if (!opened) refused();
+    reconnect();
+  });
+}
+
+// The handshake failed. If the server answers HTTP, it refused us: the
+// session (or the widget's token) has expired. Start afresh rather than
+// knocking forever.
+async function refused() {
+  try {
+    await fetch(embedded ? location.href : "/", { method: "HEAD", cache: "no-store", credentials: "same-origin" });
+  } catch {
+    return; // the network or the server is down: keep trying as we are
+  }
+  if (embedded && token !== root.dataset.token) {
+    token = root.dataset.token;
+    saveToken(token);
+  }
+  // On the chat page, that request has set a new session cookie.
+}
+
+function reconnect() {
+  const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** attempts) * (0.75 + Math.random() / 2);
+  attempts += 1;
+  setConnection(attempts > 5 ? "Still reconnecting… Check your connection." : "Connection lost. Reconnecting…", "reconnecting");
+  reconnectTimer = setTimeout(connect, delay);
+}
+
+// Back online: no need to wait out the backoff.
+window.addEventListener("online", () => {
+  if (reconnectTimer) connect();
+});
+
+// --- input ---------------------------------------------------------------------------------
+
+document.getElementById("composer").addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (button.dataset.action === "stop") stop();
+  else if (ask(input.value)) input.value = "";
+  resize();
+});
+
+input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    // Enter sends; it never stops an answer (that is the button or Esc).
+    if (!current && ask(input.value)) input.value = "";
+    resize();
+  }
+});
+
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && current) {
+    event.preventDefault();
+    stop();
+  }
+});
+
+function resize() {
+  input.style.height = "auto";
+  input.style.height = `${Math.min(input.scrollHeight, 160)}px`;
+}
+input.addEventListener("input", resize);
+
+document.getElementById("close")?.addEventListener("click", () => {
+  // The widget's script on the host page closes the frame; the message says nothing else.
+  window.parent.postMessage({ type: "kookee:close" }, "*");
+});
+
+const history = document.getElementById("history");
+if (history) showHistory(JSON.parse(history.textContent));
+updateControls();
+connect();

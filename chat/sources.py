@@ -1,0 +1,58 @@
+"""The help articles an answer actually used.
+
+A search returns several articles; the visitor should see only those the
+answer draws on: the ones it links to or names by title. Articles the search
+returned but the answer ignored are not sources.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from chat.tools import SEARCH_HELP_CENTER
+
+
+def used_articles(answer: str, results: Iterable[Any]) -> list[dict[str, str]]:
+    """The articles from search results that the answer links to or names, in
+    the order the search returned them, each once: [{"title", "url"}]."""
+    sources: dict[str, dict[str, str]] = {}
+    for result in results:
+        articles = result.get("articles") if isinstance(result, dict) else None
+        for article in articles or []:
+            title, url = article.get("title"), article.get("url")
+            if not isinstance(title, str) or not isinstance(url, str) or url in sources:
+                continue
+            if _links_to(answer, url) or _names(answer, title):
+                sources[url] = {"title": title, "url": url}
+    return list(sources.values())
+
+
+def search_results(calls: Iterable[Any]) -> list[Any]:
+    """The results of the help-center searches among tool calls (the round
+    loop's or stored ones; stored results are JSON text)."""
+    found = []
+    for call in calls:
+        if call.name != SEARCH_HELP_CENTER.name or not call.result:
+            continue
+        result = call.result
+        if isinstance(result, str):
+            try:
+                result = json.loads(result)
+            except ValueError:
+                continue
+        found.append(result)
+    return found
+
+
+def _links_to(answer: str, url: str) -> bool:
+    # "/help/slug/" as a relative or absolute link, with or without the
+    # trailing slash, but not "/help/slug-two/".
+    path = re.escape(url.rstrip("/"))
+    return re.search(path + r"(?![\w-])", answer) is not None
+
+
+def _names(answer: str, title: str) -> bool:
+    return re.search(r"(?<!\w)" + re.escape(title) + r"(?!\w)", answer, re.IGNORECASE) is not None

@@ -1,0 +1,80 @@
+// Kookee chat on a customer's site, with one tag:
+//   <script src="https://YOUR-KOOKEE-HOST/static/chat/widget.js" async></script>
+// A bubble opens the chat in a frame served by Kookee (/embed/). The frame
+// does the chatting; this script only shows, hides and places it, inside a
+// shadow root so that the host page's styles and ours never mix.
+(() => {
+  "use strict";
+  const script = document.currentScript;
+  if (!script || window.__kookeeChat) return; // once per page
+  window.__kookeeChat = true;
+  const origin = new URL(script.src).origin;
+  const label = script.dataset.label || "Help";
+
+  const host = document.createElement("div");
+  host.id = "kookee-chat";
+  const shadow = host.attachShadow({ mode: "open" });
+  const style = document.createElement("style");
+  style.textContent = `
+    :host { all: initial; }
+    .bubble { position: fixed; right: 20px; bottom: 20px; z-index: 2147483646; display: flex; align-items: center; gap: 8px;
+      font: 600 16px/1 system-ui, sans-serif; color: #fff; background: #3346c8; border: 0; border-radius: 28px;
+      padding: 0 20px; height: 56px; box-shadow: 0 4px 14px rgba(16, 24, 40, .25); cursor: pointer; }
+    .bubble:focus-visible { outline: 3px solid #1a5fd6; outline-offset: 3px; }
+    .bubble svg { width: 22px; height: 22px; }
+    .panel { position: fixed; right: 20px; bottom: 88px; z-index: 2147483647; width: 380px; height: min(620px, calc(100vh - 110px));
+      border-radius: 14px; overflow: hidden; box-shadow: 0 12px 40px rgba(16, 24, 40, .3); background: #fff; }
+    .panel[hidden] { display: none; }
+    iframe { border: 0; width: 100%; height: 100%; display: block; }
+    @media (max-width: 480px) {
+      .panel { inset: 0; width: auto; height: auto; border-radius: 0; }
+      .panel:not([hidden]) + .bubble { display: none; }
+    }`;
+
+  const panel = document.createElement("div");
+  panel.className = "panel";
+  panel.id = "kookee-panel";
+  panel.hidden = true;
+
+  const bubble = document.createElement("button");
+  bubble.type = "button";
+  bubble.className = "bubble";
+  bubble.setAttribute("aria-expanded", "false");
+  bubble.setAttribute("aria-controls", "kookee-panel");
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  path.setAttribute("fill", "currentColor");
+  path.setAttribute("d", "M4 3h16a2 2 0 0 1 2 2v11a2 2 0 0 1-2 2H9l-5 4v-4a2 2 0 0 1-2-2V5a2 2 0 0 1 2-2z");
+  svg.append(path);
+  const text = document.createElement("span");
+  text.textContent = label;
+  bubble.append(svg, text);
+
+  let frame = null;
+  function setOpen(open) {
+    if (open && !frame) {
+      // Loaded on first open: a page view alone costs the server nothing.
+      frame = document.createElement("iframe");
+      frame.title = "Kookee help chat";
+      frame.src = `${origin}/embed/`;
+      panel.append(frame);
+    }
+    panel.hidden = !open;
+    bubble.setAttribute("aria-expanded", String(open));
+    bubble.setAttribute("aria-label", open ? "Close the help chat" : "Open the help chat");
+    if (open) frame.focus();
+    else bubble.focus();
+  }
+  bubble.setAttribute("aria-label", "Open the help chat");
+  bubble.addEventListener("click", () => setOpen(panel.hidden));
+  window.addEventListener("message", (event) => {
+    if (event.origin === origin && event.source === frame?.contentWindow && event.data?.type === "kookee:close") {
+      setOpen(false);
+    }
+  });
+
+  shadow.append(style, panel, bubble);
+  (document.body || document.documentElement).append(host);
+})();

@@ -1,0 +1,152 @@
+"""End-to-end: Debian's Chromium, driven by Playwright, against the app
+served by daphne; a scripted provider where a test needs a precise stream."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.provider import ScriptedProvider, WaitFor
+from tests.servers import daphne
+
+CHROMIUM = "/usr/bin/chromium"
+# As root in a sandbox, with no network but loopback: no background traffic.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 15_000
+
+
+
+@pytest.fixture(autouse=True)
+def close_worker_thread_connections():
+    """Overrides the suite's async fixture: these tests are synchronous (the
+    app runs in its own process) and Playwright's sync API runs an event
+    loop of its own, beside which pytest-asyncio's cannot run."""
+    yield
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium package")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; `make test` does it as root)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def context(browser):
+    context = browser.new_context(viewport={"width": 1024, "height": 760})
+    context.set_default_timeout(TIMEOUT_MS)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(context):
+    page = context.new_page()
+    errors = []
+    page.on("pageerror", lambda error: errors.append(error))
+    yield page
+    # No uncaught script error on any page a test visited.
+    assert errors == []
+
+
+class ProviderThread:
+    """The scripted provider on an event loop of its own, for browser tests,
+    which are synchronous (Playwright's sync API)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = ScriptedProvider()
+        self.url = self._call(self.server.start())
+
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
+
+    def queue(self, *scripts: list) -> None:
+        self.loop.call_soon_threadsafe(self.server.queue, *scripts)
+
+    def gate(self) -> tuple[WaitFor, callable]:
+        """A step that holds the stream, and the function that releases it."""
+        event = asyncio.Event()
+        return WaitFor(event), lambda: self.loop.call_soon_threadsafe(event.set)
+
+    @property
+    def requests(self):
+        return self.server.requests
+
+    def clear(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.scripts.clear)
+
+    def close(self) -> None:
+        self._call(self.server.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@dataclass
+class App:
+    url: str
+    database: Path
+    process: object
+
+    def turn(self, turn_id: int) -> tuple[str, bool, str]:
+        with sqlite3.connect(self.database) as db:
+            status, interrupted, text = db.execute(
+                "select status, interrupted, assistant_text from chat_turn where id = ?", [turn_id]
+            ).fetchone()
+        return status, bool(interrupted), text
+
+    def ledger_entries(self, turn_id: int) -> int:
+        with sqlite3.connect(self.database) as db:
+            return db.execute("select count(*) from billing_ledgerentry where turn_id = ?", [turn_id]).fetchone()[0]
+
+
+@pytest.fixture(scope="module")
+def provider_thread() -> Iterator[ProviderThread]:
+    provider = ProviderThread()
+    yield provider
+    provider.close()
+
+
+@pytest.fixture
+def provider(provider_thread):
+    provider_thread.clear()
+    yield provider_thread
+    provider_thread.clear()
+
+
+@pytest.fixture(scope="module")
+def scripted_app(tmp_path_factory, provider_thread) -> Iterator[App]:
+    env = {"OPENAI_BASE_URL": provider_thread.url, "OPENAI_API_KEY": "test-key", "KOOKEE_PROVIDER_RETRIES": "0"}
+    with daphne(tmp_path_factory.mktemp("scripted"), **env) as (address, database, process):
+        yield App(f"http://{address}", database, process)
+
+
+@pytest.fixture(scope="module")
+def offline_app(tmp_path_factory) -> Iterator[App]:
+    env = {"KOOKEE_OFFLINE_TOKENS_PER_SECOND": "400", "KOOKEE_OFFLINE_FIRST_TOKEN_MS": "20"}
+    with daphne(tmp_path_factory.mktemp("offline"), **env) as (address, database, process):
+        yield App(f"http://{address}", database, process)
