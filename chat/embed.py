@@ -2,9 +2,11 @@
 
 The widget's chat runs in an iframe on our origin inside a customer's page on
 theirs, where our cookies are third-party ones: blocked by some browsers, and
-never sent to a cross-site frame with SameSite=Lax. So a widget visitor is
-known by a signed token that the iframe keeps in its own storage (partitioned
-per host site) and presents on the WebSocket handshake instead.
+never sent to a cross-site frame with SameSite=Lax; its storage is
+third-party too, and often blocked. So a widget visitor is known by a signed
+token, which the widget's script keeps in the host page's own storage and
+hands to the frame in its URL fragment; the frame presents it on the
+WebSocket handshake instead of a cookie.
 """
 
 from __future__ import annotations

@@ -29,9 +29,10 @@ def index(request):
 def embed_page(request):
     """The widget's chat, framed by a customer's page (static/chat/widget.js).
 
-    It sets no cookie: the visitor is known by the token, a fresh one here,
-    which the page keeps only if its storage holds none yet. The history
-    comes over the WebSocket, for the token the page settles on.
+    It sets no cookie: the visitor is known by a token (chat/embed.py). The
+    one here is fresh, for a first visit; a returning visitor's comes from
+    the host page, in the URL fragment. The history comes over the
+    WebSocket, for whichever token the page settles on.
     """
     response = render(request, "chat/embed.html", {"token": embed.new_token()})
     response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(ancestors=embed.frame_ancestors())

@@ -30,26 +30,17 @@ let recheck = null; // timer: a dropped answer the server had not closed yet
 const views = new Map(); // turn id -> the turn on screen
 
 // --- the widget's visitor ------------------------------------------------------------------
-// The frame is third-party on the customer's site: no cookies. Its visitor
-// is a signed token kept in the frame's storage (per host site).
-const TOKEN_KEY = "kookee.token";
-let token = embedded ? readToken() || root.dataset.token : null;
-if (embedded) saveToken(token);
+// The frame is third-party on the customer's site, where its cookies and
+// storage are often blocked. Its visitor is a signed token that the host
+// page keeps in its own, first-party, storage (static/chat/widget.js): it
+// hands it over in the frame's URL fragment, which never reaches a server.
+let token = null;
+if (embedded) keepToken(new URLSearchParams(location.hash.slice(1)).get("token") || root.dataset.token);
 
-function readToken() {
-  try {
-    return localStorage.getItem(TOKEN_KEY);
-  } catch {
-    return null; // storage blocked: the conversation lasts as long as the page
-  }
-}
-
-function saveToken(value) {
-  try {
-    localStorage.setItem(TOKEN_KEY, value);
-  } catch {
-    /* see readToken */
-  }
+function keepToken(value) {
+  token = value;
+  // frame-ancestors (CSP) has vetted the parent: only allowed sites frame us.
+  if (window.parent !== window) window.parent.postMessage({ type: "kookee:token", token }, "*");
 }
 
 // --- rendering -----------------------------------------------------------------------------
@@ -88,7 +79,7 @@ function addUser(text) {
 function addTurn(turnId, userText) {
   const user = addUser(userText);
   const { item, body } = bubble("assistant");
-  const view = { turnId, userText, user, item, body, text: "", status: "streaming", frame: 0, stopAsked: false };
+  const view = { turnId, userText, user, item, body, text: "", status: "streaming", frame: 0, dropped: false };
   item.dataset.turnId = turnId;
   views.set(turnId, view);
   return view;
@@ -122,7 +113,9 @@ function showTool(view, name, status) {
     view.item.insertBefore(view.tool, view.body);
   }
   view.tool.textContent = TOOL_LABELS[name] || "Working…";
-  view.tool.hidden = status !== "started";
+  // A finished search stays on show while the model reads the results: it
+  // is hidden by the next text, or by the end of the turn.
+  view.tool.hidden = status === "failed";
 }
 
 function setNote(view, text, retry = false) {
@@ -177,7 +170,8 @@ function finish(view, { status, text, sources, message }) {
   view.item.removeAttribute("aria-busy");
   if (view.tool) view.tool.hidden = true;
   showSources(view, sources);
-  if (status === "interrupted") setNote(view, view.stopAsked ? ENDINGS.interrupted : ENDINGS.dropped);
+  // The server stores one status for both; this page knows if it saw the drop.
+  if (status === "interrupted") setNote(view, view.dropped ? ENDINGS.dropped : ENDINGS.interrupted);
   else if (status === "failed") setNote(view, `${message || ENDINGS.failed}`, true);
   else setNote(view, ENDINGS[status] || "");
   if (view === current) current = null;
@@ -225,9 +219,7 @@ function ask(text) {
 }
 
 function stop() {
-  if (!current) return;
-  current.stopAsked = true;
-  send({ type: "stop" });
+  if (current) send({ type: "stop" });
 }
 
 // --- frames --------------------------------------------------------------------------------
@@ -344,6 +336,7 @@ function connect() {
       // What the server saved is asked for once we are back.
       setText(current, current.text, true);
       setNote(current, "Connection lost. Checking what was saved…");
+      current.dropped = true;
       current.item.removeAttribute("aria-busy");
       current = null;
     }
@@ -366,10 +359,7 @@ async function refused() {
   } catch {
     return; // the network or the server is down: keep trying as we are
   }
-  if (embedded && token !== root.dataset.token) {
-    token = root.dataset.token;
-    saveToken(token);
-  }
+  if (embedded && token !== root.dataset.token) keepToken(root.dataset.token);
   // On the chat page, that request has set a new session cookie.
 }
 
@@ -380,7 +370,9 @@ function reconnect() {
   reconnectTimer = setTimeout(connect, delay);
 }
 
-// Back online: no need to wait out the backoff.
+// Offline, an open socket can linger for minutes before it errors: let it go
+// now, so the page says so. Back online: no need to wait out the backoff.
+window.addEventListener("offline", () => socket?.close());
 window.addEventListener("online", () => {
   if (reconnectTimer) connect();
 });

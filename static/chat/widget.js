@@ -52,13 +52,35 @@
   text.textContent = label;
   bubble.append(svg, text);
 
+  // The visitor's token for the chat, kept here, in the host page's own
+  // storage: the frame's storage is third-party and often blocked.
+  const TOKEN_KEY = "kookee.token";
+  const storage = {
+    get() {
+      try {
+        return localStorage.getItem(TOKEN_KEY);
+      } catch {
+        return null; // blocked: the conversation lasts as long as the page
+      }
+    },
+    set(value) {
+      try {
+        localStorage.setItem(TOKEN_KEY, value);
+      } catch {
+        /* see get() */
+      }
+    },
+  };
+
   let frame = null;
   function setOpen(open) {
     if (open && !frame) {
       // Loaded on first open: a page view alone costs the server nothing.
       frame = document.createElement("iframe");
       frame.title = "Kookee help chat";
-      frame.src = `${origin}/embed/`;
+      const token = storage.get();
+      // In the fragment: the browser never sends it to a server.
+      frame.src = `${origin}/embed/${token ? `#token=${encodeURIComponent(token)}` : ""}`;
       panel.append(frame);
     }
     panel.hidden = !open;
@@ -70,9 +92,9 @@
   bubble.setAttribute("aria-label", "Open the help chat");
   bubble.addEventListener("click", () => setOpen(panel.hidden));
   window.addEventListener("message", (event) => {
-    if (event.origin === origin && event.source === frame?.contentWindow && event.data?.type === "kookee:close") {
-      setOpen(false);
-    }
+    if (event.origin !== origin || event.source !== frame?.contentWindow) return;
+    if (event.data?.type === "kookee:close") setOpen(false);
+    if (event.data?.type === "kookee:token" && typeof event.data.token === "string") storage.set(event.data.token);
   });
 
   shadow.append(style, panel, bubble);

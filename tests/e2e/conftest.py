@@ -104,6 +104,7 @@ class ProviderThread:
         self._call(self.server.stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        self.loop.close()
 
 
 @dataclass

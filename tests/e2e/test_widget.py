@@ -1,0 +1,125 @@
+"""The widget on a customer's page, on another origin (another site, even:
+127.0.0.1 and localhost do not share cookies), added with one script tag."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import App
+from tests.servers import daphne, free_port
+
+HOST_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Acme store</title>
+<meta name="viewport" content="width=device-width, initial-scale=1"></head>
+<body style="font-family: Georgia, serif; background: #fdf6e3">
+<h1>Acme store</h1><p>Our products, our prices, and a help chat in the corner.</p>
+<script src="{kookee}/static/chat/widget.js" async></script>
+</body></html>"""
+
+
+@pytest.fixture(scope="module")
+def customer_sites() -> Iterator[list[str]]:
+    """Two customer sites' origins: the first may embed the widget."""
+    servers = []
+    for _ in range(2):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _HostPage)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+    yield [f"http://127.0.0.1:{server.server_address[1]}" for server in servers]
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+class _HostPage(BaseHTTPRequestHandler):
+    kookee = ""
+
+    def do_GET(self) -> None:
+        page = HOST_PAGE.format(kookee=_HostPage.kookee).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def kookee(tmp_path_factory, customer_sites) -> Iterator[App]:
+    port = free_port()
+    env = {
+        "KOOKEE_EMBED_ORIGINS": customer_sites[0],
+        "KOOKEE_OFFLINE_TOKENS_PER_SECOND": "400",
+        "KOOKEE_OFFLINE_FIRST_TOKEN_MS": "20",
+    }
+    with daphne(tmp_path_factory.mktemp("widget"), port=port, **env) as (_, database, process):
+        # The customer's page loads the widget from localhost: another site.
+        _HostPage.kookee = f"http://localhost:{port}"
+        yield App(_HostPage.kookee, database, process)
+
+
+def open_widget(page):
+    bubble = page.get_by_role("button", name="Open the help chat")
+    bubble.click()
+    expect(page.get_by_role("button", name="Close the help chat")).to_have_attribute("aria-expanded", "true")
+    chat = page.frame_locator("iframe[title='Kookee help chat']")
+    expect(chat.locator("#send")).to_be_enabled()
+    return chat
+
+
+def test_the_widget_chats_from_another_site_without_cookies(kookee, customer_sites, context, page):
+    page.goto(customer_sites[0])
+    chat = open_widget(page)
+    chat.locator("#text").fill("hi")
+    chat.locator("#text").press("Enter")
+    answer = chat.locator(".message--assistant").last
+    expect(answer).to_have_attribute("data-status", "completed")
+    assert "Kookee" in answer.inner_text()
+    assert context.cookies() == []  # neither site set one: the frame is known by its token
+
+    # The frame's close button hides it; the bubble opens it again.
+    chat.get_by_role("button", name="Close the chat").click()
+    expect(page.locator("iframe[title='Kookee help chat']")).to_be_hidden()
+    expect(page.get_by_role("button", name="Open the help chat")).to_be_focused()
+
+    # A reload of the customer's page: the conversation is still there.
+    page.reload()
+    chat = open_widget(page)
+    expect(chat.locator(".message--user .message__text")).to_have_text(["hi"])
+    expect(chat.locator(".message--assistant").last).to_have_attribute("data-status", "completed")
+
+
+def test_the_widget_keeps_each_visitor_apart(kookee, customer_sites, browser):
+    contexts = [browser.new_context() for _ in range(2)]
+    try:
+        first, second = (c.new_page() for c in contexts)
+        first.goto(customer_sites[0])
+        chat = open_widget(first)
+        chat.locator("#text").fill("my private question")
+        chat.locator("#text").press("Enter")
+        expect(chat.locator(".message--assistant").last).to_have_attribute("data-status", "completed")
+        second.goto(customer_sites[0])
+        other = open_widget(second)
+        expect(other.locator("#empty")).to_be_visible()
+        expect(other.locator(".message")).to_have_count(0)
+    finally:
+        for c in contexts:
+            c.close()
+
+
+def test_a_site_not_allowed_cannot_frame_the_chat(kookee, customer_sites, page):
+    page.goto(customer_sites[1])
+    page.get_by_role("button", name="Open the help chat").click()
+    frame = page.locator("iframe[title='Kookee help chat']")
+    expect(frame).to_be_visible()
+    page.wait_for_timeout(1000)
+    [embedded] = [f for f in page.frames if f != page.main_frame]
+    assert embedded.url.startswith("chrome-error://")  # refused by frame-ancestors
+    assert page.frame_locator("iframe[title='Kookee help chat']").locator("#text").count() == 0
