@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test format bench load clean
+.PHONY: run test format bench load clean chromium screenshots
 
 $(VENV)/installed: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,10 +18,23 @@ run: $(VENV)/installed
 	$(PY) manage.py close_stale_turns
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
 
-test: $(VENV)/installed
+test: $(VENV)/installed chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest
+
+# Debian's Chromium for the browser tests (Playwright's own browser download
+# cannot work offline). Installed when missing, if this user may (root with
+# apt-get); otherwise the browser tests skip, except under CI=true.
+chromium:
+	@test -x /usr/bin/chromium || { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; }; } || \
+	  echo "note: no /usr/bin/chromium (apt-get install chromium): the browser tests will be skipped"
+
+# The README's screenshots, from the browser tests' own scenes.
+screenshots: $(VENV)/installed chromium
+	KOOKEE_SCREENSHOTS_DIR=docs/screenshots $(VENV)/bin/pytest -q tests/e2e/test_screenshots.py
 
 format: $(VENV)/installed
 	$(VENV)/bin/ruff check --fix .

@@ -84,12 +84,11 @@
       panel.append(frame);
     }
     panel.hidden = !open;
+    // A disclosure button: its name is its visible label, its state is aria-expanded.
     bubble.setAttribute("aria-expanded", String(open));
-    bubble.setAttribute("aria-label", open ? "Close the help chat" : "Open the help chat");
     if (open) frame.focus();
     else bubble.focus();
   }
-  bubble.setAttribute("aria-label", "Open the help chat");
   bubble.addEventListener("click", () => setOpen(panel.hidden));
   window.addEventListener("message", (event) => {
     if (event.origin !== origin || event.source !== frame?.contentWindow) return;

@@ -66,9 +66,8 @@ def kookee(tmp_path_factory, customer_sites) -> Iterator[App]:
 
 
 def open_widget(page):
-    bubble = page.get_by_role("button", name="Open the help chat")
-    bubble.click()
-    expect(page.get_by_role("button", name="Close the help chat")).to_have_attribute("aria-expanded", "true")
+    page.get_by_role("button", name="Help", exact=True).click()
+    expect(page.locator("#kookee-chat .bubble")).to_have_attribute("aria-expanded", "true")  # in a shadow root
     chat = page.frame_locator("iframe[title='Kookee help chat']")
     expect(chat.locator("#send")).to_be_enabled()
     return chat
@@ -87,7 +86,8 @@ def test_the_widget_chats_from_another_site_without_cookies(kookee, customer_sit
     # The frame's close button hides it; the bubble opens it again.
     chat.get_by_role("button", name="Close the chat").click()
     expect(page.locator("iframe[title='Kookee help chat']")).to_be_hidden()
-    expect(page.get_by_role("button", name="Open the help chat")).to_be_focused()
+    expect(page.get_by_role("button", name="Help", exact=True)).to_be_focused()
+    expect(page.locator("#kookee-chat .bubble")).to_have_attribute("aria-expanded", "false")
 
     # A reload of the customer's page: the conversation is still there.
     page.reload()
@@ -116,7 +116,7 @@ def test_the_widget_keeps_each_visitor_apart(kookee, customer_sites, browser):
 
 def test_a_site_not_allowed_cannot_frame_the_chat(kookee, customer_sites, page):
     page.goto(customer_sites[1])
-    page.get_by_role("button", name="Open the help chat").click()
+    page.get_by_role("button", name="Help", exact=True).click()
     frame = page.locator("iframe[title='Kookee help chat']")
     expect(frame).to_be_visible()
     page.wait_for_timeout(1000)
