@@ -8,8 +8,16 @@ from chat.models import HelpArticle
 # through the renderer, no inline script or foreign resource would load.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors {ancestors}"
+    "connect-src 'self' {socket}; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors {ancestors}"
 )
+
+
+def _with_policy(request, response, ancestors: str = "'none'"):
+    # The socket's origin is named too: older browsers' 'self' omits ws(s):.
+    socket = f"{'wss' if request.is_secure() else 'ws'}://{request.get_host()}"
+    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(socket=socket, ancestors=ancestors)
+    return response
 
 
 def index(request):
@@ -20,9 +28,7 @@ def index(request):
         # A new visitor, or a cookie for a session that expired or is gone.
         request.session.create()
         conversation = services.conversation_for_session(request.session)
-    response = render(request, "chat/index.html", {"history": services.history(conversation)})
-    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(ancestors="'none'")
-    return response
+    return _with_policy(request, render(request, "chat/index.html", {"history": services.history(conversation)}))
 
 
 @xframe_options_exempt  # framing is governed by frame-ancestors instead
@@ -35,10 +41,9 @@ def embed_page(request):
     WebSocket, for whichever token the page settles on.
     """
     response = render(request, "chat/embed.html", {"token": embed.new_token()})
-    response["Content-Security-Policy"] = CONTENT_SECURITY_POLICY.format(ancestors=embed.frame_ancestors())
-    return response
+    return _with_policy(request, response, ancestors=embed.frame_ancestors())
 
 
 def help_article(request, slug: str):
     article = get_object_or_404(HelpArticle, slug=slug, published=True)
-    return render(request, "chat/help_article.html", {"article": article})
+    return _with_policy(request, render(request, "chat/help_article.html", {"article": article}))

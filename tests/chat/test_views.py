@@ -105,14 +105,16 @@ def test_the_page_embeds_the_history_in_order(client):
             "user_text": "How do I install the widget?",
             "assistant_text": "Paste the script tag.",
             "status": "completed",
+            "sources": [],
         },
         {
             "turn_id": second.id,
             "user_text": f"what about {IMG}?",
             "assistant_text": f"Careful: {IMG} and {BREAKOUT} & more",
             "status": "interrupted",
+            "sources": [],
         },
-        {"turn_id": third.id, "user_text": "still there?", "assistant_text": "", "status": "streaming"},
+        {"turn_id": third.id, "user_text": "still there?", "assistant_text": "", "status": "streaming", "sources": []},
     ]
 
 
