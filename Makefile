@@ -43,9 +43,10 @@ format: $(VENV)/installed
 clean:
 	rm -rf $(VENV) db.sqlite3 .pytest_cache
 
-bench: $(VENV)/installed
+bench: $(VENV)/installed chromium
 	$(PY) bench/stop_latency.py
 	$(PY) bench/admin.py
+	$(PY) bench/render.py
 
 load: $(VENV)/installed
 	$(PY) bench/load.py 200 3

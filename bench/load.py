@@ -30,7 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.test_daphne import _connect, _session_cookie, daphne
+from tests.servers import daphne
+from tests.test_daphne import _connect, _session_cookie
 
 QUESTIONS = [
     "hi",

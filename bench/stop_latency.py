@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.provider import Pause, ScriptedProvider, text
-from tests.test_daphne import Visitor, _connect, _session_cookie, daphne
+from tests.servers import daphne
+from tests.test_daphne import Visitor, _connect, _session_cookie
 
 
 def endless_answer() -> list:
