@@ -31,7 +31,7 @@ def visitor_key(token: str) -> str | None:
     (tokens last as long as a session cookie would)."""
     try:
         key = _signer.unsign(token, max_age=settings.SESSION_COOKIE_AGE)
-    except signing.BadSignature:
+    except (signing.BadSignature, ValueError):  # ValueError: signed, but with no timestamp
         return None
     return key if key.startswith(PREFIX) else None
 

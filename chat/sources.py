@@ -21,10 +21,14 @@ def used_articles(answer: str, results: Iterable[Any]) -> list[dict[str, str]]:
     sources: dict[str, dict[str, str]] = {}
     for result in results:
         articles = result.get("articles") if isinstance(result, dict) else None
-        for article in articles or []:
+        for article in articles if isinstance(articles, list) else []:
+            if not isinstance(article, dict):
+                continue
             title, url = article.get("title"), article.get("url")
             if not isinstance(title, str) or not isinstance(url, str) or url in sources:
                 continue
+            if not title.strip() or not url.strip("/"):
+                continue  # a blank title or URL would match every answer
             if _links_to(answer, url) or _names(answer, title):
                 sources[url] = {"title": title, "url": url}
     return list(sources.values())

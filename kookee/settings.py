@@ -150,7 +150,7 @@ KOOKEE_TOKENS_PER_CONVERSATION = env.int("KOOKEE_TOKENS_PER_CONVERSATION", defau
 KOOKEE_TOKENS_PER_DAY = env.int("KOOKEE_TOKENS_PER_DAY", default=20_000_000)
 # Sites that may embed the chat widget (static/chat/widget.js), as origins:
 # "https://www.example.com". The chat's own origin always may.
-KOOKEE_EMBED_ORIGINS = env.list("KOOKEE_EMBED_ORIGINS", default=[])
+KOOKEE_EMBED_ORIGINS = [o.strip() for o in env.list("KOOKEE_EMBED_ORIGINS", default=[]) if o.strip()]
 for _origin in KOOKEE_EMBED_ORIGINS:
     # They go into a Content-Security-Policy header: origins only, nothing
     # that could end the directive or widen it.
