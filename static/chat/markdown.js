@@ -12,7 +12,10 @@
 
 const SAFE_PROTOCOLS = new Set(["http:", "https:", "mailto:"]);
 
-const FENCE = /^ {0,3}(`{3,}|~{3,})(.*)$/;
+// A backtick fence's info string has no backticks, as in CommonMark: a line
+// like "```npm i``` works" is text with a code span, not a fence that would
+// swallow the rest of the answer.
+const FENCE = /^( {0,3})(`{3,}(?=[^`]*$)|~{3,})(.*)$/;
 const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
 const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
 const ITEM = /^( {0,3})([-*+]|\d{1,9}[.)])([ \t]+|$)(.*)$/;
@@ -22,16 +25,20 @@ const BLANK = /^[ \t]*$/;
 
 // --- blocks --------------------------------------------------------------------------------
 
-// Splits text into top-level blocks, each {kind, lines}. Splitting is stable
-// as text streams in: appending text changes only the last block or two, so
-// a renderer can keep the nodes of the blocks before them.
+// Splits text into top-level blocks, each {kind, lines, gap}. Splitting is
+// stable as text streams in: appending text changes only the last block or
+// two, so a renderer can keep the nodes of the blocks before them. A block's
+// gap is whether a blank line separates it from the one before: that is what
+// makes a list item loose.
 export function splitBlocks(text) {
   const lines = text.replace(/\r\n?/g, "\n").split("\n");
   const blocks = [];
   let i = 0;
+  let gap = false;
   while (i < lines.length) {
     const line = lines[i];
     if (BLANK.test(line)) {
+      gap = blocks.length > 0;
       i += 1;
       continue;
     }
@@ -41,7 +48,7 @@ export function splitBlocks(text) {
     if (fence) {
       kind = "code";
       i += 1;
-      const closing = new RegExp(`^ {0,3}${fence[1][0]}{${fence[1].length},}[ \\t]*$`);
+      const closing = closingFence(fence[2]);
       while (i < lines.length && !closing.test(lines[i])) i += 1;
       i = Math.min(i + 1, lines.length);
     } else if (HEADING.test(line)) {
@@ -52,7 +59,7 @@ export function splitBlocks(text) {
       i += 1;
     } else if (QUOTE.test(line)) {
       kind = "quote";
-      while (i < lines.length && !BLANK.test(lines[i]) && (QUOTE.test(lines[i]) || !startsBlock(lines[i]))) i += 1;
+      while (i < lines.length && !BLANK.test(lines[i]) && (QUOTE.test(lines[i]) || !interrupts(lines, i))) i += 1;
     } else if (ITEM.test(line)) {
       kind = "list";
       i = listEnd(lines, i);
@@ -61,18 +68,47 @@ export function splitBlocks(text) {
       while (i < lines.length && (/^( {4}|\t)/.test(lines[i]) || (BLANK.test(lines[i]) && nextIsIndented(lines, i)))) {
         i += 1;
       }
-    } else if (line.includes("|") && i + 1 < lines.length && TABLE_DIVIDER.test(lines[i + 1]) && lines[i + 1].includes("-")) {
+    } else if (startsTable(lines, i)) {
       kind = "table";
       i += 2;
       while (i < lines.length && !BLANK.test(lines[i]) && lines[i].includes("|")) i += 1;
     } else {
       kind = "paragraph";
       i += 1;
-      while (i < lines.length && !BLANK.test(lines[i]) && !startsBlock(lines[i])) i += 1;
+      while (i < lines.length && !BLANK.test(lines[i]) && !interrupts(lines, i)) i += 1;
     }
-    blocks.push({ kind, lines: lines.slice(start, i) });
+    blocks.push({ kind, lines: lines.slice(start, i), gap });
+    gap = false;
   }
   return blocks;
+}
+
+function closingFence(fence) {
+  return new RegExp(`^ {0,3}${fence[0]}{${fence.length},}[ \\t]*$`);
+}
+
+// What may cut a paragraph short without a blank line. As in CommonMark, a
+// list item does only if it has text and, when ordered, is numbered 1: a
+// line that happens to begin "2024. " goes on the paragraph. So does a table,
+// as on GitHub: "Compare:" directly above its header row is not a header.
+function interrupts(lines, i) {
+  const line = lines[i];
+  if (RULE.test(line)) return true;
+  const item = ITEM.exec(line);
+  if (item) return !BLANK.test(item[4]) && (!ordered(item[2]) || parseInt(item[2], 10) === 1);
+  return FENCE.test(line) || HEADING.test(line) || QUOTE.test(line) || startsTable(lines, i);
+}
+
+// A header row, then a divider with as many cells: "a | b" over "---" is a
+// line of text over a rule, not a table.
+function startsTable(lines, i) {
+  const divider = lines[i + 1];
+  return (
+    lines[i].includes("|") &&
+    divider !== undefined &&
+    TABLE_DIVIDER.test(divider) &&
+    cells(divider).length === cells(lines[i]).length
+  );
 }
 
 function startsBlock(line) {
@@ -88,34 +124,66 @@ function ordered(marker) {
   return /\d/.test(marker);
 }
 
+// An item's parts. Its text starts at `column`; a line indented to `nest`
+// or more is inside it. That is its text's column, as in CommonMark, or two
+// spaces past its marker if less: "1. Steps" over "  - one" is a sub-list.
+function itemOf(line) {
+  if (RULE.test(line)) return null; // "* * *" is a rule, not an item
+  const match = ITEM.exec(line);
+  if (!match) return null;
+  const [, indent, marker, space, content] = match;
+  const column = indent.length + marker.length + Math.max(space.length, 1);
+  return { marker, content, indent: indent.length, column, nest: Math.min(column, indent.length + 2), ordered: ordered(marker) };
+}
+
 // A list runs over its items, their indented (or lazy) continuation lines,
-// and blank lines followed by more of the same list.
+// and blank lines followed by more of the same list. Blank lines at the end
+// of the text are not part of it: they would make it loose until the next
+// line streamed in.
 function listEnd(lines, i) {
-  const [, indent, marker] = ITEM.exec(lines[i]);
-  const base = indent.length;
-  const isOrdered = ordered(marker);
+  const first = itemOf(lines[i]);
+  let nest = first.nest;
   i += 1;
   while (i < lines.length) {
     const line = lines[i];
     if (BLANK.test(line)) {
       let next = i;
       while (next < lines.length && BLANK.test(lines[next])) next += 1;
-      if (next >= lines.length) return next;
-      const item = ITEM.exec(lines[next]);
-      const sameList = item && item[1].length <= base && ordered(item[2]) === isOrdered;
-      if (!sameList && !/^[ \t]{2,}/.test(lines[next])) return i;
+      if (next >= lines.length) return i;
+      // Then an item of this list, or a line indented into the last item.
+      const item = itemOf(lines[next]);
+      if (item && item.indent < nest ? item.ordered !== first.ordered : !/^( {2,}|\t)/.test(lines[next])) return i;
       i = next;
       continue;
     }
-    const item = ITEM.exec(line);
-    if (item && item[1].length <= base && ordered(item[2]) !== isOrdered) return i;
-    if (!item && !/^[ \t]/.test(line) && startsBlock(line)) return i;
+    const item = itemOf(line);
+    if (item && item.indent < nest) {
+      if (item.ordered !== first.ordered) return i;
+      nest = item.nest;
+    } else if (!item && !/^[ \t]/.test(line) && startsBlock(line)) {
+      return i;
+    }
     i += 1;
   }
   return i;
 }
 
 // --- rendering -----------------------------------------------------------------------------
+
+// Quotes, lists and emphasis nested deeper than this are shown as their
+// source text: model text can nest them thousands deep, and each level is a
+// recursive call that would overflow the stack.
+const MAX_NESTING = 24;
+let nesting = 0;
+
+function nested(render) {
+  nesting += 1;
+  try {
+    return render();
+  } finally {
+    nesting -= 1;
+  }
+}
 
 export function renderBlock(block) {
   switch (block.kind) {
@@ -132,9 +200,11 @@ export function renderBlock(block) {
     case "rule":
       return document.createElement("hr");
     case "quote":
-      return element("blockquote", renderBlocks(block.lines.map((l) => (QUOTE.exec(l) || [l, l])[1]).join("\n")));
+      if (nesting >= MAX_NESTING) return element("p", block.lines.join("\n"));
+      return element("blockquote", nested(() => renderBlocks(block.lines.map((l) => (QUOTE.exec(l) || [l, l])[1]).join("\n"))));
     case "list":
-      return list(block.lines);
+      if (nesting >= MAX_NESTING) return element("p", block.lines.join("\n"));
+      return nested(() => list(block.lines));
     case "table":
       return table(block.lines);
     default:
@@ -161,33 +231,42 @@ function pre(code, language) {
 }
 
 function codeBlock(lines) {
-  const [, fence, info] = FENCE.exec(lines[0]);
-  const closing = new RegExp(`^ {0,3}${fence[0]}{${fence.length},}[ \\t]*$`);
+  const [, indent, fence, info] = FENCE.exec(lines[0]);
   const body = lines.slice(1);
-  if (body.length && closing.test(body[body.length - 1])) body.pop();
-  return pre(body.join("\n"), info.trim().split(/\s/)[0]);
+  if (body.length && closingFence(fence).test(body[body.length - 1])) body.pop();
+  // The fence's own indentation is not the code's.
+  const outdent = new RegExp(`^ {0,${indent.length}}`);
+  return pre(body.map((l) => l.replace(outdent, "")).join("\n"), info.trim().split(/\s/)[0]);
 }
 
 function list(lines) {
-  const first = ITEM.exec(lines[0]);
-  const node = document.createElement(ordered(first[2]) ? "ol" : "ul");
-  if (ordered(first[2]) && parseInt(first[2], 10) !== 1) node.start = parseInt(first[2], 10);
-  const base = first[1].length;
+  const first = itemOf(lines[0]);
+  const node = document.createElement(first.ordered ? "ol" : "ul");
+  if (first.ordered && parseInt(first.marker, 10) !== 1) node.start = parseInt(first.marker, 10);
+  const items = [];
   let item = null;
-  let loose = false;
   for (const line of lines) {
-    const match = ITEM.exec(line);
-    if (match && match[1].length <= base) {
-      item = { lines: [match[4]], indent: base + match[2].length + Math.max(match[3].length, 1) };
-      node.append(Object.assign(document.createElement("li"), { _item: item }));
+    const match = itemOf(line);
+    if (match && (!item || match.indent < item.nest)) {
+      item = { lines: [match.content], column: match.column, nest: match.nest };
+      items.push(item);
     } else {
-      if (BLANK.test(line)) loose = true;
-      item.lines.push(line.replace(new RegExp(`^[ \\t]{0,${item.indent}}`), ""));
+      // Drop the item's indentation (a lazy line has less, or none).
+      item.lines.push(line.replace(new RegExp(`^[ \\t]{0,${item.column}}`), ""));
     }
   }
-  for (const li of node.children) {
-    const text = li._item.lines.join("\n").replace(/\n+$/, "");
+  // Loose, as in CommonMark, if a blank line separates two items or two
+  // blocks of one item. One inside a code block or a sub-list does not count.
+  let loose = false;
+  const contents = items.map((entry, n) => {
+    const text = entry.lines.join("\n").replace(/\s+$/, "");
+    if (n < items.length - 1 && BLANK.test(entry.lines[entry.lines.length - 1])) loose = true;
     const blocks = splitBlocks(text);
+    if (blocks.some((block) => block.gap)) loose = true;
+    return blocks;
+  });
+  for (const blocks of contents) {
+    const li = document.createElement("li");
     // A tight item's text sits directly in the <li>, not in a paragraph.
     if (!loose && blocks.length && blocks[0].kind === "paragraph") {
       li.append(...inline(blocks[0].lines.map((l) => l.trim()).join("\n")));
@@ -195,7 +274,7 @@ function list(lines) {
     } else {
       for (const block of blocks) li.append(renderBlock(block));
     }
-    delete li._item;
+    node.append(li);
   }
   return node;
 }
@@ -229,10 +308,21 @@ function table(lines) {
 // --- inline --------------------------------------------------------------------------------
 
 const PUNCTUATION = /[!-/:-@[-`{-~]/;
+// Letters and digits of any script: "_" inside a word is never emphasis.
+const WORD = /[\p{L}\p{N}]/u;
+// "*" inside a word opens no emphasis when the word is ASCII (2*3*4, a*b*c),
+// but still does between CJK characters, which have no spaces between words.
+const ASCII_WORD = /[A-Za-z0-9]/;
 
-// Returns an array of nodes for one block's inline text.
-export function inline(text) {
+// Returns an array of nodes for one block's inline text. Within a link's
+// text (inLabel) no other link is made, as an <a> inside an <a> is invalid:
+// "[" and bare URLs stay text, and images show their alt text. (CommonMark
+// would let an inner link win instead, at the cost of parsing each label
+// over and over: "[[[[..." would take exponential time.)
+export function inline(text, inLabel = false) {
   const out = [];
+  // Per delimiter character, its runs in this text, found once.
+  const delimiters = {};
   let plain = "";
   const flush = () => {
     if (plain) out.push(document.createTextNode(plain));
@@ -247,17 +337,45 @@ export function inline(text) {
       i += 2;
       continue;
     }
+    if (c === "\\" && text[i + 1] === "\n") {
+      // CommonMark's hard line break; every line break is one here anyway.
+      i += 1;
+      continue;
+    }
     if (c === "\n") {
       flush();
       out.push(document.createElement("br"));
       i += 1;
       continue;
     }
-    if (c === "`") found = codeSpan(text, i);
-    else if (c === "[" || (c === "!" && text[i + 1] === "[")) found = link(text, i);
-    else if (c === "<") found = autolink(text, i);
-    else if (c === "*" || c === "_" || c === "~") found = emphasis(text, i);
-    else if ((c === "h" || c === "w") && !/\w/.test(text[i - 1] || "")) found = bareUrl(text, i);
+    if (c === "`") {
+      found = codeSpan(text, i);
+      if (!found) {
+        // A run of backticks with no closing run is text, all of it: "``a`"
+        // is not a backtick and a code span.
+        const run = runAt(text, i);
+        plain += run;
+        i += run.length;
+        continue;
+      }
+    } else if (c === "*" || c === "_" || c === "~") {
+      const run = runAt(text, i);
+      if (run.length > 3) {
+        // No emphasis opens with more than three: skip to the last three,
+        // rather than trying each position of "*****..." in turn.
+        plain += run.slice(3);
+        i += run.length - 3;
+        continue;
+      }
+      delimiters[c] ??= delimiterRuns(text, c);
+      found = emphasis(text, i, inLabel, delimiters[c]);
+    } else if ((c === "[" && !inLabel) || (c === "!" && text[i + 1] === "[")) {
+      found = link(text, i, inLabel);
+    } else if (c === "<" && !inLabel) {
+      found = autolink(text, i);
+    } else if ((c === "h" || c === "w") && !inLabel && !/\w/.test(text[i - 1] || "")) {
+      found = bareUrl(text, i);
+    }
     if (found) {
       flush();
       out.push(found.node);
@@ -271,17 +389,33 @@ export function inline(text) {
   return out;
 }
 
+// The run of text[i] repeated that starts at i.
+function runAt(text, i) {
+  let j = i;
+  while (text[j] === text[i]) j += 1;
+  return text.slice(i, j);
+}
+
+// Closed by the next run of exactly as many backticks.
 function codeSpan(text, i) {
-  const run = /^`+/.exec(text.slice(i))[0];
-  const close = text.indexOf(run, i + run.length);
+  const run = runAt(text, i);
+  const close = codeSpanClose(text, i + run.length, run);
   if (close < 0) return null;
   let code = text.slice(i + run.length, close).replace(/\n/g, " ");
   if (/^ .*[^ ].* $/.test(code)) code = code.slice(1, -1);
   return { node: element("code", code), end: close + run.length };
 }
 
+function codeSpanClose(text, from, run) {
+  let close = text.indexOf(run, from);
+  while (close >= 0 && text[close + run.length] === "`") {
+    close = text.indexOf(run, close + runAt(text, close).length);
+  }
+  return close;
+}
+
 // [text](url "title"), or ![alt](url), shown as a link to the image.
-function link(text, i) {
+function link(text, i, inLabel) {
   const image = text[i] === "!";
   const open = image ? i + 1 : i;
   let depth = 0;
@@ -309,11 +443,17 @@ function link(text, i) {
     }
   }
   if (end < 0) return null;
-  const target = /^\s*<?([^\s>]*)>?(?:\s+(?:"[^"]*"|'[^']*'))?\s*$/.exec(text.slice(close + 2, end));
+  // The URL, bare or in <>, then an optional title, which is not shown.
+  const target = /^\s*(?:<([^<>\n]*)>|([^\s<>]*))(?:\s+(?:"[^"]*"|'[^']*'))?\s*$/.exec(text.slice(close + 2, end));
   if (!target) return null;
+  // "\)" in a URL is ")": unescaped, else the URL parser reads "\" as "/".
+  const url = (target[1] ?? target[2]).replace(/\\([!-/:-@[-`{-~])/g, "$1");
   const label = text.slice(open + 1, close);
-  const children = image ? [label || target[1]] : inline(label);
-  return { node: anchor(target[1], children), end: end + 1 };
+  if (image) {
+    const alt = label || url;
+    return { node: inLabel ? document.createTextNode(alt) : anchor(url, [alt]), end: end + 1 };
+  }
+  return { node: anchor(url, nested(() => inline(label, true))), end: end + 1 };
 }
 
 function autolink(text, i) {
@@ -338,35 +478,99 @@ function count(text, char) {
   return text.split(char).length - 1;
 }
 
-const DELIMITERS = [
-  ["**", "strong"],
-  ["__", "strong"],
-  ["~~", "del"],
-  ["*", "em"],
-  ["_", "em"],
-];
+// Emphasis by runs of delimiters, as in CommonMark but simpler. A run opens
+// if text follows it and closes if text precedes it. "_" neither opens nor
+// closes inside a word (snake_case), "*" does not open inside an ASCII one
+// (2*3*4). Only "~~" strikes through: "~5 to ~10 minutes" is text.
+function canOpen(text, i, length) {
+  const before = text[i - 1] || " ";
+  const after = text[i + length] || " ";
+  if (/\s/.test(after)) return false;
+  if (text[i] === "_") return !WORD.test(before);
+  if (text[i] === "*") return !(ASCII_WORD.test(before) && ASCII_WORD.test(after));
+  return length === 2;
+}
 
-function emphasis(text, i) {
-  for (const [delimiter, tag] of DELIMITERS) {
-    if (!text.startsWith(delimiter, i)) continue;
-    const inner = i + delimiter.length;
-    // Opening: followed by a non-space; "_" also not inside a word (snake_case).
-    if (/\s/.test(text[inner] || " ")) continue;
-    if (delimiter[0] === "_" && /\w/.test(text[i - 1] || "")) continue;
-    let close = text.indexOf(delimiter, inner + 1);
-    while (close >= 0) {
-      const closes =
-        !/\s/.test(text[close - 1]) &&
-        !(delimiter[0] === "_" && /\w/.test(text[close + delimiter.length] || "")) &&
-        // "*a **b** c*": the "**" is not the closing "*".
-        !(delimiter.length === 1 && text[close + 1] === delimiter);
-      if (closes) break;
-      close = text.indexOf(delimiter, close + (delimiter.length === 1 && text[close + 1] === delimiter ? 2 : 1));
+function canClose(text, i, length) {
+  const before = text[i - 1] || " ";
+  const after = text[i + length] || " ";
+  if (/\s/.test(before)) return false;
+  if (text[i] === "_") return !WORD.test(after);
+  return text[i] !== "~" || length === 2;
+}
+
+// The runs of `char` in text, in order, with whether each could open or
+// close emphasis; escapes and code spans have none.
+function delimiterRuns(text, char) {
+  const runs = [];
+  runs.lastClose = -1; // the index of the last run that can close
+  let j = 0;
+  while (j < text.length) {
+    if (text[j] === "\\") {
+      j += 2;
+    } else if (text[j] === "`") {
+      const run = runAt(text, j);
+      const close = codeSpanClose(text, j + run.length, run);
+      j = close < 0 ? j + run.length : close + run.length;
+    } else if (text[j] === char) {
+      const length = runAt(text, j).length;
+      const close = canClose(text, j, length);
+      if (close) runs.lastClose = runs.length;
+      runs.push({ at: j, length, open: canOpen(text, j, length), close });
+      j += length;
+    } else {
+      j += 1;
     }
-    if (close < 0) continue;
-    return { node: element(tag, ...inline(text.slice(inner, close))), end: close + delimiter.length };
+  }
+  return runs;
+}
+
+// The run that closes emphasis whose opening run ends at `from`, passing
+// over pairs of runs nested inside. Scanning runs, not characters, and only
+// from `from` on, keeps "*a *a *a ..." from being slow.
+function closer(runs, from) {
+  let low = 0;
+  let high = runs.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if (runs[middle].at < from) low = middle + 1;
+    else high = middle;
+  }
+  let inside = 0;
+  for (let n = low; n <= runs.lastClose; n += 1) {
+    if (runs[n].close) {
+      if (inside === 0) return runs[n];
+      inside -= 1;
+    } else if (runs[n].open) {
+      inside += 1;
+    }
   }
   return null;
+}
+
+function emphasis(text, i, inLabel, runs) {
+  const char = text[i];
+  const length = runAt(text, i).length;
+  if (length > 3 || nesting >= MAX_NESTING || !canOpen(text, i, length)) return null;
+  const first = closer(runs, i + length);
+  if (!first) return null;
+  if (first.length >= length) {
+    const end = first.at + length;
+    return { node: emphasized(char, length, nested(() => inline(text.slice(i + length, first.at), inLabel))), end };
+  }
+  // "***a** b*": the first closing run pairs with the inner part of the
+  // opening run, and the rest of it needs a closing run further on.
+  const outer = length - first.length;
+  const second = closer(runs, first.at + first.length);
+  if (!second || second.length < outer) return null;
+  const end = second.at + outer;
+  return { node: emphasized(char, outer, nested(() => inline(text.slice(i + outer, second.at), inLabel))), end };
+}
+
+function emphasized(char, length, children) {
+  if (char === "~") return element("del", ...children);
+  if (length === 3) return element("em", element("strong", ...children));
+  return element(length === 2 ? "strong" : "em", ...children);
 }
 
 // A link the visitor can follow safely, or its text alone when the URL is
@@ -397,7 +601,8 @@ export function renderInto(container, text) {
   const kept = [];
   let n = 0;
   for (; n < blocks.length && n < previous.length; n += 1) {
-    if (key(blocks[n]) !== previous[n].key) break;
+    // Unchanged, and still there: other code may have emptied the container.
+    if (key(blocks[n]) !== previous[n].key || previous[n].node.parentNode !== container) break;
     kept.push(previous[n]);
   }
   for (const stale of previous.slice(n)) stale.node.remove();

@@ -30,7 +30,6 @@ CHROMIUM_ARGS = [
 TIMEOUT_MS = 15_000
 
 
-
 @pytest.fixture(autouse=True)
 def close_worker_thread_connections():
     """Overrides the suite's async fixture: these tests are synchronous (the
@@ -39,7 +38,9 @@ def close_worker_thread_connections():
     yield
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: while Playwright's sync API runs, its event
+# loop is the thread's running loop, and later async tests could not run.
+@pytest.fixture(scope="module")
 def browser():
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
