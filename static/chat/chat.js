@@ -25,7 +25,7 @@ let socket = null;
 let attempts = 0; // failed connection attempts in a row
 let reconnectTimer = null;
 let current = null; // the answer streaming now
-let pending = null; // {text}: sent, neither started (turn.started) nor refused yet
+let pending = null; // {text, dropped}: sent, neither started (turn.started) nor refused yet
 let recheck = null; // timer: a dropped answer the server had not closed yet
 const views = new Map(); // turn id -> the turn on screen
 
@@ -163,8 +163,7 @@ function showSources(view, sources) {
 
 // Shows how a turn ended. `text` is the server's, when it is known.
 function finish(view, { status, text, sources, message }) {
-  if (text !== undefined) setText(view, text, true);
-  else setText(view, view.text, true);
+  setText(view, text ?? view.text, true);
   view.status = status;
   view.item.dataset.status = status;
   view.item.removeAttribute("aria-busy");
@@ -172,7 +171,7 @@ function finish(view, { status, text, sources, message }) {
   showSources(view, sources);
   // The server stores one status for both; this page knows if it saw the drop.
   if (status === "interrupted") setNote(view, view.dropped ? ENDINGS.dropped : ENDINGS.interrupted);
-  else if (status === "failed") setNote(view, `${message || ENDINGS.failed}`, true);
+  else if (status === "failed") setNote(view, message || ENDINGS.failed, true);
   else setNote(view, ENDINGS[status] || "");
   if (view === current) current = null;
 }
@@ -212,7 +211,7 @@ function send(frame) {
 function ask(text) {
   text = text.trim();
   if (!text || !open() || current || pending) return false;
-  pending = { text };
+  pending = { text, dropped: false };
   send({ type: "message", text });
   updateControls();
   return true;
@@ -230,6 +229,7 @@ const handlers = {
     current.item.setAttribute("aria-busy", "true");
     pending = null;
     setConnection("", "open");
+    updateControls();
   },
   delta: (frame) => {
     const view = views.get(frame.turn_id);
@@ -253,12 +253,14 @@ const handlers = {
       // Refused (busy, too long, a limit): nothing was stored; give the text back.
       if (!input.value) input.value = pending.text;
       pending = null;
+      updateControls();
     }
   },
   "turn.ended": (frame) => {
     const view = views.get(frame.turn_id);
     if (view !== current) return;
     finish(view, { status: frame.status, sources: frame.sources, message: view.message });
+    updateControls();
     if (document.activeElement === button || document.activeElement === document.body) input.focus();
   },
   history: (frame) => reconcile(frame.turns),
@@ -271,7 +273,7 @@ function reconcile(turns) {
   for (const turn of turns) {
     let view = views.get(turn.turn_id);
     if (!view) {
-      if (pending && turn.user_text === pending.text) pending = null; // sent just before a drop
+      if (pending?.dropped && turn.user_text === pending.text) pending = null; // sent just before a drop
       view = addTurn(turn.turn_id, turn.user_text);
     }
     if (view === current) continue;
@@ -284,8 +286,10 @@ function reconcile(turns) {
       finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources, message: view.message });
     }
   }
-  if (pending) {
-    // Sent as the connection dropped, and never reached the server.
+  if (pending?.dropped) {
+    // Sent as the connection dropped, and never reached the server. (A
+    // message sent on this connection is still on its way: its turn.started
+    // or error will come.)
     if (!input.value) input.value = pending.text;
     pending = null;
     setConnection("Your last message was not sent. Please send it again.", "open");
@@ -328,10 +332,10 @@ function connect() {
       return;
     }
     handlers[frame.type]?.(frame);
-    updateControls();
   });
   socket.addEventListener("close", (event) => {
     socket = null;
+    if (pending) pending.dropped = true; // the history after reconnecting tells if it arrived
     if (current) {
       // What the server saved is asked for once we are back.
       setText(current, current.text, true);
