@@ -16,49 +16,64 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from chat import embed, provider, services, turns
+from chat import lifecycle, limits, provider, services, visitors
 from chat.limits import FrameBudget, LimitReached
-from chat.models import Conversation
 from chat.rounds import storable
 from chat.turns import run_turn
+from chat.visitors import Visitor
 
 logger = logging.getLogger("kookee.consumers")
 
 # How long stop/disconnect wait for a cancelled turn to save and bill.
 CANCEL_WAIT_SECONDS = 10
-CLOSE_NO_SESSION = 4401
+# Close codes the page acts on (sent after accept: a refused handshake looks
+# like any network failure to a browser, code 1006, and the page must tell
+# "try again" from "your key is no good").
+CLOSE_REFUSED = 4401  # no live session, or a widget token expired or revoked: start afresh
+CLOSE_IDLE = 4408  # nothing happened for a while: reconnect on the visitor's next move
+CLOSE_TOO_MANY = 4429  # too many sockets for this visitor or network
 CLOSE_FLOOD = 1008  # policy violation
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
+    visitor: Visitor | None = None
     conversation_id: int | None = None
     turn_task: asyncio.Task | None = None
+    idle_timer: asyncio.TimerHandle | None = None
 
     async def __call__(self, scope, receive, send) -> None:
-        turns.connections.add(asyncio.current_task())
+        lifecycle.connections.add(asyncio.current_task())
         try:
             await super().__call__(scope, receive, send)
         finally:
-            turns.connections.discard(asyncio.current_task())
+            lifecycle.connections.discard(asyncio.current_task())
             # The server is shutting down (daphne cancels every connection on
             # SIGTERM): stop, save and bill the running turn before it exits.
             await self._cancel_turn()
+            self._forget_socket()
 
     async def connect(self) -> None:
-        conversation = await database_sync_to_async(_conversation)(self.scope)
-        if conversation is None:
-            # No session cookie from GET / (nor a widget token): refuse, as
-            # for a foreign origin.
-            await self.close(code=CLOSE_NO_SESSION)
-            return
-        self.conversation_id = conversation.id
-        self.frames = FrameBudget(settings.KOOKEE_FRAME_BURST, settings.KOOKEE_FRAMES_PER_SECOND)
         await self.accept()
+        identity = await database_sync_to_async(_identify)(self.scope)
+        if identity is None:
+            await self.close(code=CLOSE_REFUSED, reason="Unknown or expired visitor.")
+            return
+        visitor, self.conversation_id = identity
+        if not limits.sockets.open(visitor):
+            await self.close(code=CLOSE_TOO_MANY, reason="Too many open chats.")
+            return
+        self.visitor = visitor
+        self.frames = FrameBudget(settings.KOOKEE_FRAME_BURST, settings.KOOKEE_FRAMES_PER_SECOND)
+        self._rearm_idle_timer()
 
     async def disconnect(self, code: int) -> None:
         await self._cancel_turn()
+        self._forget_socket()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.visitor is None:
+            return  # refused: closing
+        self._rearm_idle_timer()
         if not self.frames.take():
             await self._cancel_turn()  # now, not when the close handshake ends
             await self._error("flood", "Too many frames; the connection is closed. Reload to continue.")
@@ -70,8 +85,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif frame["type"] == "stop":
             await self._cancel_turn()
         elif frame["type"] == "history":
-            turns = await database_sync_to_async(services.history_of)(self.conversation_id)
-            await self.send_json({"type": "history", "turns": turns})
+            page = await database_sync_to_async(services.history_of)(self.conversation_id, frame.get("before"))
+            await self.send_json({"type": "history", **page})
+        elif frame["type"] == "forget":
+            await self._cancel_turn()
+            await database_sync_to_async(services.forget_visitor)(self.visitor.hash)
+            await self.close(code=CLOSE_REFUSED, reason="Started over.")
         elif self._turn_running():
             await self._error("busy", "A turn is already running; stop it or wait for it to end.")
         else:
@@ -79,13 +98,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _start_turn(self, text: str) -> None:
         try:
-            turn_id, messages = await database_sync_to_async(services.start_turn)(
-                self.conversation_id, text, provider.model_name(), _client_address(self.scope)
+            self.conversation_id, turn_id, messages = await database_sync_to_async(services.start_turn)(
+                self.visitor, self.conversation_id, text, provider.model_name()
             )
+        except services.Refused:
+            await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
+            return
         except LimitReached as limit:
             if limit.code == "conversation_full":
-                new = await database_sync_to_async(services.start_new_conversation)(self.conversation_id)
-                self.conversation_id = new.id
+                self.conversation_id = await database_sync_to_async(services.start_new_conversation)(
+                    self.conversation_id
+                )
             await self._error(limit.code, limit.message)
             return
         except Exception:
@@ -94,9 +117,34 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         # The task sends turn.started, inside the try whose finally ends it.
         self.turn_task = asyncio.create_task(run_turn(turn_id, messages, self.send_json))
+        self.turn_task.add_done_callback(lambda _: self._rearm_idle_timer())
         # Let the task enter its try/finally before any stop can cancel it: a
         # task cancelled before its first step never runs its finally.
         await asyncio.sleep(0)
+
+    def _rearm_idle_timer(self) -> None:
+        """An idle socket holds memory and a slot of the visitor's; close it
+        after KOOKEE_IDLE_SOCKET_SECONDS without a frame or a running turn."""
+        if self.idle_timer:
+            self.idle_timer.cancel()
+        if self.visitor is None or settings.KOOKEE_IDLE_SOCKET_SECONDS <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        self.idle_timer = loop.call_later(settings.KOOKEE_IDLE_SOCKET_SECONDS, self._on_idle)
+
+    def _on_idle(self) -> None:
+        if self._turn_running():
+            return  # the turn's end rearms the timer
+        self.idle_timer = None
+        self.closing = asyncio.ensure_future(self.close(code=CLOSE_IDLE, reason="Idle."))
+
+    def _forget_socket(self) -> None:
+        if self.idle_timer:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        if self.visitor is not None:
+            limits.sockets.close(self.visitor)
+            self.visitor = None
 
     async def _cancel_turn(self) -> None:
         task = self.turn_task
@@ -117,20 +165,24 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send_json({"type": "error", "code": code, "message": message})
 
 
-def _conversation(scope: dict[str, Any]) -> Conversation | None:
-    """The visitor's conversation: the widget's token when one is presented
-    (the embed page), else the session cookie (the chat page)."""
+def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None] | None:
+    """The visitor and their conversation (None before their first message):
+    by the widget's token when one is presented (the embed page), else by the
+    session cookie (the chat page). None: refused."""
     tokens = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
     if tokens:
-        key = embed.visitor_key(tokens[0])
-        return services.conversation_for_visitor(key) if key else None
-    return services.conversation_for_session(scope["session"])
+        visitor = services.visitor_for_token(tokens[0])
+    else:
+        visitor = services.visitor_for_session(scope["session"])
+    if visitor is None:
+        return None
+    return Visitor.of(visitor, _client_address(scope)), services.conversation_of(visitor)
 
 
 def _client_address(scope: dict[str, Any]) -> str | None:
-    # Behind a proxy, run daphne with --proxy-headers so this is the visitor's.
     client = scope.get("client")
-    return client[0] if client else None
+    forwarded = dict(scope.get("headers", [])).get(b"x-forwarded-for", b"").decode("latin-1")
+    return visitors.client_address(client[0] if client else None, forwarded)
 
 
 def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, Any], tuple[str, str] | None]:
@@ -143,7 +195,12 @@ def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, A
         return {}, ("bad_json", "The frame is not valid JSON.")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         return {}, ("bad_frame", 'A frame is a JSON object with a "type".')
-    if frame["type"] in ("stop", "history"):
+    if frame["type"] in ("stop", "forget"):
+        return frame, None
+    if frame["type"] == "history":
+        before = frame.get("before")
+        if before is not None and (type(before) is not int or before < 1):
+            return {}, ("bad_frame", '"before" must be a turn id.')
         return frame, None
     if frame["type"] != "message":
         return {}, ("unknown_type", f"Unknown frame type {frame['type'][:40]!r}.")

@@ -12,12 +12,14 @@ WebSocket handshake instead of a cookie.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.core import signing
 
-# Widget visitors' keys share Conversation.session_key with session keys,
-# which are 32 lowercase letters and digits and so never start with "w-".
+# Widget visitors' keys are hashed into Conversation.visitor_hash like
+# session keys, which are 32 lowercase letters and digits and so never start
+# with "w-": the two can never name the same visitor.
 PREFIX = "w-"
 _signer = signing.TimestampSigner(salt="kookee.widget")
 
@@ -26,14 +28,21 @@ def new_token() -> str:
     return _signer.sign(PREFIX + uuid.uuid4().hex)
 
 
-def visitor_key(token: str) -> str | None:
-    """The visitor key a token carries; None when it is forged or expired
-    (tokens last as long as a session cookie would)."""
+def visitor_key(token: str) -> tuple[str | None, bool]:
+    """The visitor key a token carries (None when it is forged), and whether
+    the token is fresh: made within KOOKEE_WIDGET_IDLE_DAYS. An older one is
+    good only while its conversation is in use (chat/services.py)."""
     try:
-        key = _signer.unsign(token, max_age=settings.SESSION_COOKIE_AGE)
+        key = _signer.unsign(token)
     except (signing.BadSignature, ValueError):  # ValueError: signed, but with no timestamp
-        return None
-    return key if key.startswith(PREFIX) else None
+        return None, False
+    if not key.startswith(PREFIX):
+        return None, False
+    try:
+        _signer.unsign(token, max_age=timedelta(days=settings.KOOKEE_WIDGET_IDLE_DAYS))
+    except signing.SignatureExpired:
+        return key, False
+    return key, True
 
 
 def frame_ancestors() -> str:

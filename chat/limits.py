@@ -1,13 +1,14 @@
 """Limits on what one visitor can ask of the model.
 
-Frame floods are counted per connection, in memory (a connection lives in
-one process). Turn rates and token budgets are counted from the database,
-so they hold across every server process.
+Frame floods are counted per connection and open sockets per process, in
+memory (a connection lives in one process). Turn rates and token budgets are
+counted from the database, so they hold across every server process.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from datetime import timedelta
 
 from django.conf import settings
@@ -16,6 +17,7 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry
 from chat.models import Turn
+from chat.visitors import Visitor
 
 
 class LimitReached(Exception):
@@ -44,15 +46,47 @@ class FrameBudget:
         return True
 
 
-def check_turn_allowed(session_key: str, conversation_id: int, client_address: str | None) -> None:
-    """Raises LimitReached when this visitor may not start a turn now."""
+class SocketCount:
+    """Open sockets per visitor and per network in this process."""
+
+    def __init__(self) -> None:
+        self.visitors: Counter[str] = Counter()
+        self.networks: Counter[str] = Counter()
+
+    def open(self, visitor: Visitor) -> bool:
+        """Counts the socket in; False (and nothing counted) when the
+        visitor or their network has as many open as they may."""
+        if self.visitors[visitor.hash] >= settings.KOOKEE_SOCKETS_PER_VISITOR:
+            return False
+        if visitor.network and self.networks[visitor.network] >= settings.KOOKEE_SOCKETS_PER_NETWORK:
+            return False
+        self.visitors[visitor.hash] += 1
+        self.networks[visitor.network] += 1
+        return True
+
+    def close(self, visitor: Visitor) -> None:
+        for counter, key in ((self.visitors, visitor.hash), (self.networks, visitor.network)):
+            counter[key] -= 1
+            if counter[key] <= 0:
+                del counter[key]  # an abuser's rotating keys must not pile up
+
+
+sockets = SocketCount()
+
+
+def check_turn_allowed(visitor: Visitor, conversation_id: int) -> None:
+    """Raises LimitReached when this visitor may not start a turn now.
+
+    Rates and budgets are counted per visitor and per network: a new cookie
+    or widget token starts a new visitor, but not a new network.
+    """
     minute_ago = timezone.now() - timedelta(minutes=1)
     recent = Turn.objects.filter(started_at__gte=minute_ago)
-    if recent.filter(conversation__session_key=session_key).count() >= settings.KOOKEE_TURNS_PER_MINUTE:
+    if recent.filter(conversation__visitor_hash=visitor.hash).count() >= settings.KOOKEE_TURNS_PER_MINUTE:
         raise LimitReached("rate_limited", "You're sending messages quickly. Please wait a minute and try again.")
     if (
-        client_address
-        and recent.filter(client_address=client_address).count() >= settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS
+        visitor.network
+        and recent.filter(client_network=visitor.network).count() >= settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS
     ):
         raise LimitReached("rate_limited", "Many messages are coming from your network. Please try again shortly.")
     if _tokens(LedgerEntry.objects.filter(turn__conversation_id=conversation_id)) >= (
@@ -62,11 +96,26 @@ def check_turn_allowed(session_key: str, conversation_id: int, client_address: s
             "conversation_full",
             "This conversation has reached its length limit. Please send your message again: it starts a new one.",
         )
-    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-    if _tokens(LedgerEntry.objects.filter(created_at__gte=today)) >= settings.KOOKEE_TOKENS_PER_DAY:
+    today = LedgerEntry.objects.filter(created_at__gte=_start_of_day())
+    if _tokens(today.filter(turn__conversation__visitor_hash=visitor.hash)) >= (
+        settings.KOOKEE_TOKENS_PER_VISITOR_PER_DAY
+    ):
+        raise LimitReached("visitor_budget_exhausted", TOMORROW)
+    network_budget = settings.KOOKEE_NETWORK_SHARE_OF_DAY * settings.KOOKEE_TOKENS_PER_DAY
+    if visitor.network and _tokens(today.filter(turn__client_network=visitor.network)) >= network_budget:
+        raise LimitReached("network_budget_exhausted", TOMORROW)
+    if _tokens(today) >= settings.KOOKEE_TOKENS_PER_DAY:
         raise LimitReached(
             "budget_exhausted", "The assistant has answered all it can for today. Please come back tomorrow."
         )
+
+
+TOMORROW = "The assistant has answered all it can for you today. Please come back tomorrow."
+
+
+def _start_of_day():
+    # The site's day (TIME_ZONE), as the reports count it.
+    return timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def _tokens(entries) -> int:

@@ -25,7 +25,11 @@ class HelpArticle(models.Model):
 class Conversation(models.Model):
     # The public id is what leaves the server; the integer pk never does.
     public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    session_key = models.CharField(max_length=40, db_index=True)
+    # Whose it is: a keyed hash of the visitor's session key or widget key
+    # (chat/visitors.py), never the key, which would open the visitor's
+    # session (and a staff member's admin). Blank once the visitor started
+    # over or the conversation was erased: nobody can reach it any more.
+    visitor_hash = models.CharField(max_length=64, db_index=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 
@@ -52,7 +56,10 @@ class Turn(models.Model):
     assistant_text = models.TextField(blank=True)
     error = models.CharField(max_length=200, blank=True)
     model = models.CharField(max_length=100)
+    # Personal data: both are dropped after KOOKEE_ADDRESS_RETENTION_DAYS.
     client_address = models.GenericIPAddressField(null=True, blank=True)
+    # The budgets' unit: an IPv4 address, or the /64 of an IPv6 one.
+    client_network = models.CharField(max_length=43, blank=True)
     started_at = models.DateTimeField(auto_now_add=True, db_index=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     # While streaming: the last checkpoint, for closing turns a dead process left.
@@ -60,10 +67,16 @@ class Turn(models.Model):
     checkpoint_round = models.PositiveSmallIntegerField(default=0)
     checkpoint_input_tokens = models.PositiveIntegerField(default=0)
     checkpoint_output_tokens = models.PositiveIntegerField(default=0)
+    # Set when the texts were erased at the visitor's request; the numbers stay.
+    erased_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["started_at", "id"]
-        indexes = [models.Index(fields=["status", "heartbeat_at"])]
+        indexes = [
+            models.Index(fields=["status", "heartbeat_at"]),
+            models.Index(fields=["client_network", "started_at"]),
+        ]
+        permissions = [("erase_turn", "Can erase a conversation's text at the visitor's request")]
 
     def __str__(self) -> str:
         return f"Turn {self.pk} ({self.status})"
@@ -111,3 +124,15 @@ class ToolCall(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class RevokedKey(models.Model):
+    """A visitor key (session or widget) that may no longer reach a
+    conversation: its visitor started over, or staff erased their
+    conversation. Kept as long as the key could otherwise still be used."""
+
+    visitor_hash = models.CharField(max_length=64, unique=True)
+    revoked_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    def __str__(self) -> str:
+        return f"Revoked {self.visitor_hash[:8]}"

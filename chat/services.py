@@ -12,15 +12,18 @@ from typing import Any
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.db import transaction
-from django.db.models import Prefetch, Sum
+from django.db.models import Prefetch, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.services import bill_once
+from chat import embed
 from chat.limits import check_turn_allowed
-from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+from chat.models import Conversation, Generation, HelpArticle, RevokedKey, ToolCall, Turn
 from chat.rounds import Round, storable
 from chat.sources import search_results, used_articles
+from chat.visitors import Visitor, hash_key
 
 logger = logging.getLogger("kookee.generations")
 
@@ -36,38 +39,84 @@ The help center has these articles:
 {overview}"""
 
 
-def conversation_for_session(session: SessionBase) -> Conversation | None:
-    """The visitor's conversation, or None when the session is not a live one."""
+class Refused(Exception):
+    """The visitor's key is no longer good (expired, revoked, or its
+    conversation was taken away from it): the socket is closed with 4401."""
+
+
+def visitor_for_session(session: SessionBase) -> str | None:
+    """The hash of a live session's key, or None (no session, expired, or
+    revoked: the visitor started over)."""
     key = session.session_key
     if not key:
         return None
     session.load()  # forgets the key of a session that is missing or expired
     if session.session_key != key:
         return None
-    return conversation_for_visitor(key)
+    visitor = hash_key(key)
+    return None if RevokedKey.objects.filter(visitor_hash=visitor).exists() else visitor
 
 
-def conversation_for_visitor(key: str) -> Conversation:
-    """The visitor's latest conversation (a session key, or a widget
-    visitor's key), created on first use."""
-    conversation = Conversation.objects.filter(session_key=key).order_by("-id").first()
-    return conversation or Conversation.objects.create(session_key=key)
+def visitor_for_token(token: str) -> str | None:
+    """The hash of a widget token's key, or None: forged, revoked, or idle
+    for longer than KOOKEE_WIDGET_IDLE_DAYS (since it was made, or since its
+    conversation last moved)."""
+    key, fresh = embed.visitor_key(token)
+    if key is None:
+        return None
+    visitor = hash_key(key)
+    if RevokedKey.objects.filter(visitor_hash=visitor).exists():
+        return None
+    if fresh:
+        return visitor
+    idle_since = timezone.now() - timedelta(days=settings.KOOKEE_WIDGET_IDLE_DAYS)
+    active = Conversation.objects.filter(visitor_hash=visitor, updated_at__gte=idle_since).exists()
+    return visitor if active else None
 
 
-def start_new_conversation(conversation_id: int) -> Conversation:
+def conversation_of(visitor: str) -> int | None:
+    """The visitor's latest conversation; None before their first message
+    (a page view stores nothing)."""
+    return Conversation.objects.filter(visitor_hash=visitor).order_by("-id").values_list("id", flat=True).first()
+
+
+@transaction.atomic
+def forget_visitor(visitor: str) -> None:
+    """The visitor starts over: their key can no longer reach anything, and
+    their conversations, kept for support and billing, belong to nobody."""
+    Conversation.objects.filter(visitor_hash=visitor).update(visitor_hash="")
+    RevokedKey.objects.get_or_create(visitor_hash=visitor)
+    logger.info("visitor %s started over: key revoked", visitor[:8])
+
+
+def start_new_conversation(conversation_id: int) -> int:
     """A fresh conversation for the same visitor, once this one is full."""
-    session_key = Conversation.objects.get(pk=conversation_id).session_key
-    return Conversation.objects.create(session_key=session_key)
+    visitor = Conversation.objects.get(pk=conversation_id).visitor_hash
+    return Conversation.objects.create(visitor_hash=visitor).id
 
 
-def history_of(conversation_id: int) -> list[dict[str, Any]]:
-    return history(Conversation.objects.get(pk=conversation_id))
+def history_of(conversation_id: int | None, before: int | None = None) -> dict[str, Any]:
+    """A page of the conversation as the chat page shows it: the latest
+    KOOKEE_HISTORY_PAGE_TURNS turns (before the turn `before`, when given),
+    oldest first, and whether there are older ones."""
+    if conversation_id is None:
+        return {"turns": [], "more": False}
+    turns = Turn.objects.filter(conversation_id=conversation_id)
+    if before is not None:
+        turns = turns.filter(id__lt=before)
+    size = settings.KOOKEE_HISTORY_PAGE_TURNS
+    page = list(turns.order_by("-started_at", "-id").values_list("id", flat=True)[: size + 1])
+    return {"turns": history(page[:size]), "more": len(page) > size}
 
 
-def history(conversation: Conversation) -> list[dict[str, Any]]:
-    """The turns of a conversation, as the chat page shows them."""
-    turns = conversation.turns.order_by("started_at", "id").prefetch_related(
-        Prefetch("generations__tool_calls", queryset=ToolCall.objects.only("generation_id", "name", "result"))
+def history(turn_ids: list[int]) -> list[dict[str, Any]]:
+    """These turns, oldest first, as the chat page shows them."""
+    turns = (
+        Turn.objects.filter(id__in=turn_ids)
+        .order_by("started_at", "id")
+        .prefetch_related(
+            Prefetch("generations__tool_calls", queryset=ToolCall.objects.only("generation_id", "name", "result"))
+        )
     )
     return [
         {
@@ -86,20 +135,31 @@ def history(conversation: Conversation) -> list[dict[str, Any]]:
 
 @transaction.atomic
 def start_turn(
-    conversation_id: int, user_text: str, model: str, client_address: str | None = None
-) -> tuple[int, list[dict[str, Any]]]:
-    """Creates the turn; returns its id and the messages for the first round.
+    visitor: Visitor, conversation_id: int | None, user_text: str, model: str
+) -> tuple[int, int, list[dict[str, Any]]]:
+    """Creates the turn (and, at the visitor's first message, their
+    conversation); returns the conversation's id, the turn's id and the
+    messages for the first round.
 
-    Raises LimitReached, creating nothing, when the visitor is over a limit.
+    Raises LimitReached, creating nothing, when the visitor is over a limit,
+    and Refused when their key no longer reaches the conversation.
     """
-    conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
-    check_turn_allowed(conversation.session_key, conversation.id, client_address)
+    if conversation_id is None:
+        if RevokedKey.objects.filter(visitor_hash=visitor.hash).exists():
+            raise Refused  # started over in another tab since this one connected
+        conversation = Conversation.objects.create(visitor_hash=visitor.hash)
+    else:
+        conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+        if conversation.visitor_hash != visitor.hash:
+            raise Refused  # started over or erased since this tab connected
+    check_turn_allowed(visitor, conversation.id)
     earlier = list(conversation.turns.order_by("-started_at", "-id")[: settings.KOOKEE_HISTORY_TURNS])
     turn = Turn.objects.create(
         conversation=conversation,
         user_text=user_text,
         model=model,
-        client_address=client_address,
+        client_address=visitor.address,
+        client_network=visitor.network,
         heartbeat_at=timezone.now(),
     )
     conversation.save(update_fields=["updated_at"])
@@ -109,7 +169,7 @@ def start_turn(
         if past.assistant_text:
             messages.append({"role": "assistant", "content": past.assistant_text})
     messages.append({"role": "user", "content": user_text})
-    return turn.id, messages
+    return conversation.id, turn.id, messages
 
 
 def _system_prompt() -> str:
@@ -278,3 +338,58 @@ def _ms(start: Any, end: Any) -> str:
     if start is None or end is None:
         return "-"
     return str(round((end - start).total_seconds() * 1000))
+
+
+class ErasureRefused(Exception):
+    pass
+
+
+@transaction.atomic
+def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversation]:
+    """Erases what visitors and the model wrote in these conversations (the
+    visitor's right to erasure), and the visitor's link to them: texts, tool
+    arguments and results, client addresses; the visitor's key is revoked.
+    Turns are kept, marked erased, with their numbers, for the ledger that
+    protects them. Logged, without any of the text. Returns the
+    conversations erased.
+
+    Raises ErasureRefused, erasing nothing, while one of them has a turn
+    running: its end would write the answer back.
+    """
+    conversations = list(Conversation.objects.select_for_update().filter(pk__in=conversation_ids))
+    turns = Turn.objects.filter(conversation__in=conversations)
+    if turns.filter(status=Turn.Status.STREAMING).exists():
+        raise ErasureRefused("A turn is still running in one of these conversations; try again in a minute.")
+    now = timezone.now()
+    RevokedKey.objects.bulk_create(
+        [RevokedKey(visitor_hash=c.visitor_hash) for c in conversations if c.visitor_hash], ignore_conflicts=True
+    )
+    Conversation.objects.filter(pk__in=[c.pk for c in conversations]).update(visitor_hash="")
+    ToolCall.objects.filter(generation__turn__in=turns).update(arguments="", result="", error="")
+    turns.update(
+        user_text="",
+        assistant_text="",
+        client_address=None,
+        client_network="",
+        erased_at=Coalesce("erased_at", Value(now)),
+    )
+    for conversation in conversations:
+        logger.info("erased conversation %s at the visitor's request, by %s", conversation.public_id, by)
+    return conversations
+
+
+def purge_expired(now: Any = None) -> dict[str, int]:
+    """Drops what is kept no longer than it must be: client addresses older
+    than KOOKEE_ADDRESS_RETENTION_DAYS, and revoked keys that could no
+    longer be used anyway. (Expired sessions: Django's clearsessions.)"""
+    now = now or timezone.now()
+    cutoff = now - timedelta(days=settings.KOOKEE_ADDRESS_RETENTION_DAYS)
+    old = Turn.objects.filter(started_at__lt=cutoff).exclude(client_address=None, client_network="")
+    addresses = old.update(client_address=None, client_network="")
+    # A key revoked longer ago than a widget token may idle, or a session
+    # live, is refused anyway.
+    useless_after = max(
+        timedelta(days=settings.KOOKEE_WIDGET_IDLE_DAYS), timedelta(seconds=settings.SESSION_COOKIE_AGE)
+    )
+    revoked = RevokedKey.objects.filter(revoked_at__lt=now - useless_after).delete()[0]
+    return {"addresses": addresses, "revoked_keys": revoked}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -84,8 +83,9 @@ class _Turn:
         )
 
 
-# The turns running in this process: checkpointed together, stopped together.
-_live: dict[asyncio.Task, _Turn] = {}
+# The turns running in this process: checkpointed together, stopped together
+# (chat/lifecycle.py).
+live: dict[asyncio.Task, _Turn] = {}
 _checkpointers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
 
 
@@ -101,7 +101,7 @@ async def _checkpoint_forever() -> None:
     write per second for the process, not one per turn, never one per token."""
     while True:
         await asyncio.sleep(settings.KOOKEE_CHECKPOINT_SECONDS)
-        checkpoints = [turn.checkpoint() for task, turn in _live.items() if not task.done()]
+        checkpoints = [turn.checkpoint() for task, turn in live.items() if not task.done()]
         if not checkpoints:
             continue
         try:
@@ -114,7 +114,7 @@ async def run_turn(turn_id: int, messages: list[dict[str, Any]], send: Send) -> 
     """Runs a created turn to its end. Cancelling the task stops it."""
     turn = _Turn(turn_id, send)
     outcome = Outcome(rounds.FAILED, "server_error")
-    _live[asyncio.current_task()] = turn
+    live[asyncio.current_task()] = turn
     _start_checkpointer()
     try:
         turn.started_sent = True
@@ -131,7 +131,7 @@ async def run_turn(turn_id: int, messages: list[dict[str, Any]], send: Send) -> 
         try:
             await _survive_cancel(_end_turn(turn, outcome))
         finally:
-            del _live[asyncio.current_task()]
+            del live[asyncio.current_task()]
 
 
 async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
@@ -205,70 +205,3 @@ async def _survive_cancel(work: Awaitable[T]) -> T:
     if cancelled:
         raise asyncio.CancelledError
     return result
-
-
-SHUTDOWN_WAIT_SECONDS = 15
-
-
-# The connections open in this process, ended at shutdown after the turns.
-connections: set[asyncio.Task] = set()
-
-
-async def stop_running_turns() -> None:
-    """Stops every running turn and waits while each saves and bills, then
-    ends the connections (a coroutine left pending at exit can crash it)."""
-    for group in (list(_live), connections):
-        tasks = [task for task in group if not task.done()]
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            logger.info("shutting down: stopping %s task(s)", len(tasks))
-            await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_SECONDS)
-
-
-_shutdown_hooked = False
-
-
-def _hook_shutdown() -> None:
-    """Under daphne, stop running turns before the reactor stops on SIGTERM.
-
-    Daphne cancels its connections on shutdown too, but the consumer cannot
-    count on it (it fails on connections whose application already ended);
-    uvicorn sends every WebSocket a disconnect, which stops their turns.
-    """
-    global _shutdown_hooked
-    reactor = sys.modules.get("twisted.internet.reactor")
-    if _shutdown_hooked or reactor is None or not reactor.running:
-        return
-    from twisted.internet import defer
-
-    def before_shutdown() -> defer.Deferred:
-        return defer.Deferred.fromFuture(asyncio.ensure_future(stop_running_turns()))
-
-    reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
-    _shutdown_hooked = True
-
-
-# One sweeper per server process (per event loop), started by the first
-# connection: closes turns that a dead process left streaming.
-_sweepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
-
-
-def start_background() -> None:
-    """Starts this process's sweeper and shutdown hook, once."""
-    _hook_shutdown()
-    if settings.KOOKEE_SWEEP_SECONDS <= 0:
-        return
-    loop = asyncio.get_running_loop()
-    task = _sweepers.get(loop)
-    if task is None or task.done():
-        _sweepers[loop] = loop.create_task(_sweep_forever())
-
-
-async def _sweep_forever() -> None:
-    while True:
-        try:
-            await database_sync_to_async(services.close_stale_turns)(settings.KOOKEE_STALE_TURN_SECONDS)
-        except Exception:
-            logger.exception("sweeping stale turns failed")
-        await asyncio.sleep(settings.KOOKEE_SWEEP_SECONDS)

@@ -1,4 +1,5 @@
 from django.shortcuts import get_object_or_404, render
+from django.utils.cache import patch_cache_control
 from django.views.decorators.clickjacking import xframe_options_exempt
 
 from chat import embed, services
@@ -20,15 +21,27 @@ def _with_policy(request, response, ancestors: str = "'none'"):
     return response
 
 
+def _private(response):
+    # The page carries a per-visitor secret (a session cookie, a widget
+    # token) or their conversation: no shared cache may keep or replay it.
+    patch_cache_control(response, private=True, no_store=True)
+    return response
+
+
 def index(request):
     """The chat page. Establishes the visitor's session, which the WebSocket
-    handshake then needs."""
-    conversation = services.conversation_for_session(request.session)
-    if conversation is None:
-        # A new visitor, or a cookie for a session that expired or is gone.
-        request.session.create()
-        conversation = services.conversation_for_session(request.session)
-    return _with_policy(request, render(request, "chat/index.html", {"history": services.history(conversation)}))
+    handshake then needs; stores nothing else until they write."""
+    visitor = services.visitor_for_session(request.session)
+    if visitor is None:
+        if request.session.session_key:
+            # They started over: a new key, keeping the rest (a staff login).
+            request.session.cycle_key()
+        else:
+            # A new visitor, or a cookie for a session that expired or is gone.
+            request.session.create()
+        visitor = services.visitor_for_session(request.session)
+    history = services.history_of(services.conversation_of(visitor))
+    return _private(_with_policy(request, render(request, "chat/index.html", {"history": history})))
 
 
 @xframe_options_exempt  # framing is governed by frame-ancestors instead
@@ -41,7 +54,7 @@ def embed_page(request):
     WebSocket, for whichever token the page settles on.
     """
     response = render(request, "chat/embed.html", {"token": embed.new_token()})
-    return _with_policy(request, response, ancestors=embed.frame_ancestors())
+    return _private(_with_policy(request, response, ancestors=embed.frame_ancestors()))
 
 
 def help_article(request, slug: str):

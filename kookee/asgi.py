@@ -1,5 +1,6 @@
 """ASGI entry point: HTTP goes to Django; /ws/chat/ goes through the origin
-check (ALLOWED_HOSTS) and the session middleware to the chat consumer."""
+check (ALLOWED_HOSTS) and the session middleware to the chat consumer;
+lifespan events start and stop the process's background work."""
 
 import os
 
@@ -12,8 +13,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
+from chat import lifecycle  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
-from chat.turns import start_background  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
@@ -22,10 +23,14 @@ router = ProtocolTypeRouter(
     }
 )
 
+# Daphne speaks no lifespan: the process's background work starts when its
+# reactor runs. Lifespan servers (uvicorn) start it with "lifespan.startup".
+lifecycle.start_under_daphne()
+
 
 async def application(scope, receive, send):
-    # The first request of a server process starts its stale-turn sweeper and
-    # shutdown hook (there is no start-up hook that every ASGI server calls).
-    if scope["type"] in ("http", "websocket"):
-        start_background()
+    if scope["type"] == "lifespan":
+        return await lifecycle.lifespan(scope, receive, send)
+    # A server with neither lifespan nor Twisted starts it here; once.
+    lifecycle.start()
     return await router(scope, receive, send)

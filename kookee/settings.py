@@ -2,11 +2,14 @@
 manage.py), with defaults that need nothing running: SQLite, the in-memory
 channel layer and the built-in offline model."""
 
+import ipaddress
 import re
 from pathlib import Path
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from kookee.secret_key import check_secret_key, local_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -14,10 +17,19 @@ env = environ.Env()
 if (BASE_DIR / ".env").exists():
     environ.Env.read_env(BASE_DIR / ".env")
 
-DEBUG = env.bool("DJANGO_DEBUG", default=True)
-# Only local development may run on the built-in key; production sets its own.
-SECRET_KEY = env("DJANGO_SECRET_KEY") if not DEBUG else env("DJANGO_SECRET_KEY", default="dev-only-insecure-key")
+# Fail closed: DEBUG (tracebacks with visitors' text in them) only when asked
+# for, and never a guessable secret outside it. `make run` asks for DEBUG.
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
+if not SECRET_KEY and DEBUG:
+    SECRET_KEY = local_secret_key(BASE_DIR / ".secret_key")
+check_secret_key(SECRET_KEY, debug=DEBUG)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+if DEBUG and "*" in ALLOWED_HOSTS:
+    raise ImproperlyConfigured(
+        "DJANGO_ALLOWED_HOSTS=* with DJANGO_DEBUG on would show tracebacks to anyone: "
+        "list your hosts, or turn DEBUG off."
+    )
 
 if not DEBUG:
     # Production is served over HTTPS, usually behind a proxy that says so.
@@ -148,6 +160,35 @@ KOOKEE_TURNS_PER_MINUTE = env.int("KOOKEE_TURNS_PER_MINUTE", default=10)
 KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = env.int("KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS", default=60)
 KOOKEE_TOKENS_PER_CONVERSATION = env.int("KOOKEE_TOKENS_PER_CONVERSATION", default=500_000)
 KOOKEE_TOKENS_PER_DAY = env.int("KOOKEE_TOKENS_PER_DAY", default=20_000_000)
+# Daily token budgets that a new cookie or widget token does not reset: per
+# visitor, and per network (an IPv4 address or an IPv6 /64), which may take
+# at most this share of the site's day, so the site budget is the last line.
+KOOKEE_TOKENS_PER_VISITOR_PER_DAY = env.int("KOOKEE_TOKENS_PER_VISITOR_PER_DAY", default=200_000)
+KOOKEE_NETWORK_SHARE_OF_DAY = env.float("KOOKEE_NETWORK_SHARE_OF_DAY", default=0.05)
+if not 0 < KOOKEE_NETWORK_SHARE_OF_DAY <= 1:
+    raise ImproperlyConfigured("KOOKEE_NETWORK_SHARE_OF_DAY must be above 0 and at most 1.")
+# Proxies (addresses or networks) whose X-Forwarded-For is believed, read
+# from the right. Empty: the peer's address is the client's. Don't also run
+# daphne with --proxy-headers: it believes the leftmost, forgeable, entry.
+try:
+    KOOKEE_TRUSTED_PROXIES = [
+        ipaddress.ip_network(proxy, strict=False) for proxy in env.list("KOOKEE_TRUSTED_PROXIES", default=[])
+    ]
+except ValueError as e:
+    raise ImproperlyConfigured(f"KOOKEE_TRUSTED_PROXIES: {e}") from e
+# Open sockets per visitor and per network, in each server process; a socket
+# with no frame and no running turn for this long is closed (code 4408), and
+# the page reconnects on the visitor's next activity.
+KOOKEE_SOCKETS_PER_VISITOR = env.int("KOOKEE_SOCKETS_PER_VISITOR", default=5)
+KOOKEE_SOCKETS_PER_NETWORK = env.int("KOOKEE_SOCKETS_PER_NETWORK", default=100)
+KOOKEE_IDLE_SOCKET_SECONDS = env.float("KOOKEE_IDLE_SOCKET_SECONDS", default=600.0)
+# Turns per `history` frame (the latest first, older ones on request).
+KOOKEE_HISTORY_PAGE_TURNS = env.int("KOOKEE_HISTORY_PAGE_TURNS", default=20)
+# A widget token unused for this long is refused; the widget starts afresh.
+KOOKEE_WIDGET_IDLE_DAYS = env.float("KOOKEE_WIDGET_IDLE_DAYS", default=30.0)
+# Personal data: client addresses are dropped from turns after this many
+# days (`manage.py purge_expired`, which also clears expired sessions).
+KOOKEE_ADDRESS_RETENTION_DAYS = env.int("KOOKEE_ADDRESS_RETENTION_DAYS", default=30)
 # Sites that may embed the chat widget (static/chat/widget.js), as origins:
 # "https://www.example.com". The chat's own origin always may.
 KOOKEE_EMBED_ORIGINS = [o.strip() for o in env.list("KOOKEE_EMBED_ORIGINS", default=[]) if o.strip()]

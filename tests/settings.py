@@ -1,0 +1,11 @@
+"""The test run's settings: the project's, with what a developer's machine
+would give `make run` (DEBUG on, a secret). Set in the environment, so the
+servers that tests start in their own processes share them (and with the
+secret, the hashes of visitor keys)."""
+
+import os
+
+os.environ.setdefault("DJANGO_DEBUG", "true")
+os.environ.setdefault("DJANGO_SECRET_KEY", "kookee-tests-only-" + "0123456789abcdef" * 4)
+
+from kookee.settings import *  # noqa: F403
