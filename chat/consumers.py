@@ -85,8 +85,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif frame["type"] == "stop":
             await self._cancel_turn()
         elif frame["type"] == "history":
-            page = await database_sync_to_async(services.history_of)(self.conversation_id, frame.get("before"))
-            await self.send_json({"type": "history", **page})
+            before = frame.get("before")
+            page = await database_sync_to_async(services.history_of)(self.conversation_id, before)
+            # "before" is echoed, so the page can tell an older page from a fresh look.
+            await self.send_json({"type": "history", **page, **({"before": before} if before else {})})
         elif frame["type"] == "forget":
             await self._cancel_turn()
             await database_sync_to_async(services.forget_visitor)(self.visitor.hash)
