@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def records():
-    conversation = Conversation.objects.create(session_key="k")
+    conversation = Conversation.objects.create(visitor_hash="k")
     turn = Turn.objects.create(
         conversation=conversation, user_text="SECRET-VISITOR", assistant_text="SECRET-MODEL", model="gpt-4o-mini"
     )

@@ -73,7 +73,7 @@ def make_entry(
     user_text: str = "How do I add a board?",
     assistant_text: str = "Open Boards and press New.",
 ) -> LedgerEntry:
-    conversation = Conversation.objects.create(session_key="k")
+    conversation = Conversation.objects.create(visitor_hash="k")
     turn = Turn.objects.create(
         conversation=conversation, status=status, user_text=user_text, assistant_text=assistant_text, model=model
     )
@@ -331,7 +331,7 @@ def reader(request, admin_client) -> Client:
 
 
 def test_no_one_adds_a_ledger_entry(reader):
-    turn = Turn.objects.create(conversation=Conversation.objects.create(session_key="k"), user_text="q", model="m")
+    turn = Turn.objects.create(conversation=Conversation.objects.create(visitor_hash="k"), user_text="q", model="m")
     form = {"turn": turn.pk, "model": "x", "input_tokens": 1, "output_tokens": 1, "cost": "1", "_save": "Save"}
 
     assert reader.get(url("billing_ledgerentry_add")).status_code == 403
@@ -674,7 +674,7 @@ def test_the_monthly_summary_takes_one_query(finance):
 
 
 def test_html_in_a_model_name_is_shown_escaped(finance):
-    turn = Turn.objects.create(conversation=Conversation.objects.create(session_key="k"), user_text="q", model="m")
+    turn = Turn.objects.create(conversation=Conversation.objects.create(visitor_hash="k"), user_text="q", model="m")
     entry = LedgerEntry.objects.create(
         turn=turn, model=SCRIPT, input_tokens=1, output_tokens=1, estimated=False, cost=Decimal("0.1")
     )
@@ -743,7 +743,7 @@ def test_the_export_is_a_dated_csv_attachment(finance):
 
 
 def test_the_export_streams_in_chunks(finance):
-    conversation = Conversation.objects.create(session_key="k")
+    conversation = Conversation.objects.create(visitor_hash="k")
     count = exports.CHUNK_ROWS + 50
     turns = Turn.objects.bulk_create(
         Turn(conversation=conversation, user_text="q", model="gpt-4o-mini") for _ in range(count)

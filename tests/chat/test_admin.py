@@ -21,7 +21,7 @@ SCRIPT = "<script>alert(1)</script>"
 
 
 def make_turn(conversation=None, *, generations=0, **fields):
-    conversation = conversation or Conversation.objects.create(session_key="k")
+    conversation = conversation or Conversation.objects.create(visitor_hash="k")
     fields = {"user_text": "question", "model": "gpt-4o-mini", "status": "completed", **fields}
     turn = Turn.objects.create(conversation=conversation, **fields)
     for number in range(1, generations + 1):
@@ -284,7 +284,7 @@ def test_the_wasted_generations_filter_finds_probe_then_stream_turns_only(admin_
 
 @pytest.fixture
 def conversation():
-    conversation = Conversation.objects.create(session_key="visitor")
+    conversation = Conversation.objects.create(visitor_hash="visitor")
     first = make_turn(conversation, generations=2, assistant_text="Let me look.\n\nPaste the tag.")
     tool_generation = first.generations.get(round=1)
     tool_generation.finish_reason = "tool_calls"
@@ -340,7 +340,7 @@ def test_the_conversation_page_runs_a_fixed_number_of_queries(admin_client, conv
 def test_the_conversation_changelist_query_count_is_fixed(admin_client, django_assert_num_queries):
     def add_conversations(count):
         for n in range(count):
-            c = Conversation.objects.create(session_key=f"s{n}")
+            c = Conversation.objects.create(visitor_hash=f"s{n}")
             make_rounds([True, False], conversation=c)
 
     add_conversations(2)
@@ -354,7 +354,7 @@ def test_the_conversation_changelist_query_count_is_fixed(admin_client, django_a
 
 
 def test_conversations_are_searched_by_text_and_filtered(admin_client, conversation):
-    other = Conversation.objects.create(session_key="other")
+    other = Conversation.objects.create(visitor_hash="other")
     make_turn(other, generations=1, assistant_text="About refunds", model="llama3")
 
     def listed(query):
