@@ -1,24 +1,31 @@
 """The admin for support staff: transcripts that read like the chat did,
-generation counts at a glance, and the help center.
+generation counts at a glance, the help center, and erasure at a visitor's
+request.
 
 Counts and sums are annotated in `get_queryset`, so a changelist costs the
 same few queries whatever its page size. Model and visitor text is only ever
 rendered through escaping templates (`linebreaksbr`), never `mark_safe`.
 """
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, OuterRef, Prefetch, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
 from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
 
 from billing.models import LedgerEntry
+from chat import services
 from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+from kookee.admin import ModelAdmin
 
 RESULT_EXCERPT_CHARS = 300
+ERASED_MESSAGE = "Erased the visitors' text at their request."
 
 
 def _per_row(model, path: str, expression, **filters) -> Coalesce:
@@ -40,8 +47,13 @@ def _can_see_prices(request) -> bool:
     return request.user.has_perm("billing.view_ledgerentry")
 
 
+def _text(turn: Turn, text: str) -> str:
+    """A turn's text, escaped; or when and why it was erased."""
+    return render_to_string("admin/chat/text.html", {"text": text, "erased_at": turn.erased_at})
+
+
 @admin.register(HelpArticle)
-class HelpArticleAdmin(admin.ModelAdmin):
+class HelpArticleAdmin(ModelAdmin):
     list_display = ["title", "slug", "published", "updated_at"]
     list_filter = ["published"]
     search_fields = ["title", "body"]
@@ -78,7 +90,7 @@ class TurnModelFilter(admin.SimpleListFilter):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(ModelAdmin):
     list_display = [
         "short_id",
         "started",
@@ -95,6 +107,7 @@ class ConversationAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     fields = ["public_id", "created_at", "updated_at", "transcript"]
     readonly_fields = fields
+    actions = ["erase_visitors_text"]
 
     class Media:
         css = {"all": ["chat/admin.css"]}
@@ -132,6 +145,49 @@ class ConversationAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False  # transcripts are records
+
+    def has_erase_permission(self, request) -> bool:
+        return request.user.has_perm("chat.erase_turn")
+
+    @admin.action(permissions=["erase"], description="Erase the visitors' text")
+    def erase_visitors_text(self, request, queryset):
+        """The visitor's right to erasure, after a confirmation page: what they
+        and the model wrote, tool calls' arguments and results, addresses,
+        and their key's link to the conversation (services.erase_conversations).
+        The turns' numbers and the ledger stay.
+
+        Needs the chat.erase_turn permission. Superusers have it; no role
+        (chat/roles.py) grants it: give it to a person, deliberately.
+        """
+        if not self.has_erase_permission(request):
+            raise PermissionDenied  # the action form refuses it already
+        if request.POST.get("post") != "yes":
+            return self._confirm_erasure(request, queryset)
+        ids = list(queryset.values_list("pk", flat=True))
+        try:
+            erased = services.erase_conversations(ids, by=f"{request.user.get_username()} (admin)")
+        except services.ErasureRefused as refused:
+            self.message_user(request, str(refused), messages.ERROR)
+            return None
+        for conversation in erased:
+            self.log_change(request, conversation, ERASED_MESSAGE)
+        count = len(erased)
+        self.message_user(
+            request, f"Erased the visitors' text in {count} conversation{'s' * (count != 1)}.", messages.SUCCESS
+        )
+        return None
+
+    def _confirm_erasure(self, request, queryset) -> TemplateResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Erase the visitors' text?",
+            "opts": self.opts,
+            "conversations": queryset,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/chat/conversation/erase_confirmation.html", context)
 
     @admin.display(ordering="public_id", description="conversation")
     def short_id(self, obj) -> str:
@@ -219,7 +275,7 @@ class GenerationInline(admin.TabularInline):
 
 
 @admin.register(Turn)
-class TurnAdmin(admin.ModelAdmin):
+class TurnAdmin(ModelAdmin):
     list_display = [
         "id",
         "started_at",
@@ -247,7 +303,7 @@ class TurnAdmin(admin.ModelAdmin):
         "model",
         "started_at",
         "ended_at",
-        "user_text",
+        "question_text",
         "answer",
     ]
     readonly_fields = fields
@@ -275,7 +331,11 @@ class TurnAdmin(admin.ModelAdmin):
 
     @admin.display(description="question")
     def question(self, obj) -> str:
-        return Truncator(obj.user_text).chars(60)
+        return "(erased)" if obj.erased_at else Truncator(obj.user_text).chars(60)
+
+    @admin.display(description="question")
+    def question_text(self, obj) -> str:
+        return _text(obj, obj.user_text)
 
     @admin.display(ordering="tool_rounds", description="tool rounds")
     def tool_rounds(self, obj) -> int:
@@ -287,7 +347,7 @@ class TurnAdmin(admin.ModelAdmin):
 
     @admin.display(description="answer, as the visitor saw it")
     def answer(self, obj) -> str:
-        return render_to_string("admin/chat/text.html", {"text": obj.assistant_text})
+        return _text(obj, obj.assistant_text)
 
 
 class ToolCallInline(admin.TabularInline):
@@ -302,7 +362,7 @@ class ToolCallInline(admin.TabularInline):
 
 
 @admin.register(Generation)
-class GenerationAdmin(admin.ModelAdmin):
+class GenerationAdmin(ModelAdmin):
     list_display = [
         "turn",
         "round",
@@ -335,7 +395,7 @@ class GenerationAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolCall)
-class ToolCallAdmin(admin.ModelAdmin):
+class ToolCallAdmin(ModelAdmin):
     list_display = ["name", "call_id", "generation"]
     list_filter = ["name"]
     list_select_related = ["generation"]

@@ -28,21 +28,24 @@ def new_token() -> str:
     return _signer.sign(PREFIX + uuid.uuid4().hex)
 
 
-def visitor_key(token: str) -> tuple[str | None, bool]:
-    """The visitor key a token carries (None when it is forged), and whether
-    the token is fresh: made within KOOKEE_WIDGET_IDLE_DAYS. An older one is
-    good only while its conversation is in use (chat/services.py)."""
+def visitor_key(token: str) -> str | None:
+    """The visitor key a token carries; None when it is forged. Whether it
+    is still good depends on its age and use: see is_fresh."""
     try:
         key = _signer.unsign(token)
     except (signing.BadSignature, ValueError):  # ValueError: signed, but with no timestamp
-        return None, False
-    if not key.startswith(PREFIX):
-        return None, False
+        return None
+    return key if key.startswith(PREFIX) else None
+
+
+def is_fresh(token: str) -> bool:
+    """Made within KOOKEE_WIDGET_IDLE_DAYS. An older token is good only
+    while its conversation is in use (chat/services.py)."""
     try:
         _signer.unsign(token, max_age=timedelta(days=settings.KOOKEE_WIDGET_IDLE_DAYS))
-    except signing.SignatureExpired:
-        return key, False
-    return key, True
+    except (signing.BadSignature, ValueError):
+        return False
+    return True
 
 
 def frame_ancestors() -> str:

@@ -61,13 +61,13 @@ def visitor_for_token(token: str) -> str | None:
     """The hash of a widget token's key, or None: forged, revoked, or idle
     for longer than KOOKEE_WIDGET_IDLE_DAYS (since it was made, or since its
     conversation last moved)."""
-    key, fresh = embed.visitor_key(token)
+    key = embed.visitor_key(token)
     if key is None:
         return None
     visitor = hash_key(key)
     if RevokedKey.objects.filter(visitor_hash=visitor).exists():
         return None
-    if fresh:
+    if embed.is_fresh(token):
         return visitor
     idle_since = timezone.now() - timedelta(days=settings.KOOKEE_WIDGET_IDLE_DAYS)
     active = Conversation.objects.filter(visitor_hash=visitor, updated_at__gte=idle_since).exists()

@@ -38,6 +38,16 @@ class ChatClient:
         client.connected, client.close_code = await client.communicator.connect()
         return client
 
+    async def refusal(self, timeout: float = 2) -> int:
+        """The close code the server refused this connection with: at the
+        handshake (a foreign origin), or right after accepting it, where the
+        browser can see the code (a session or token that is no good)."""
+        if not self.connected:
+            return self.close_code
+        message = await self.communicator.receive_output(timeout)
+        assert message["type"] == "websocket.close", message
+        return message["code"]
+
     async def send(self, frame: dict[str, Any] | str) -> None:
         await self.communicator.send_to(text_data=frame if isinstance(frame, str) else json.dumps(frame))
 

@@ -8,6 +8,7 @@ from channels.db import database_sync_to_async
 
 from billing.models import LedgerEntry
 from chat import services, turns
+from chat.consumers import CLOSE_REFUSED
 from chat.models import Generation, HelpArticle, ToolCall, Turn
 from chat.rounds import Tool
 from tests.chat.chat_client import ChatClient, check_turn
@@ -353,7 +354,7 @@ async def test_binary_frames_get_an_error(chat):
 
 async def test_refused_without_a_session(db):
     client = await ChatClient.connect(session_key="no-such-session")
-    assert not client.connected
+    assert await client.refusal() == CLOSE_REFUSED
 
 
 async def test_refused_from_a_foreign_origin(db):
@@ -390,7 +391,7 @@ async def test_refused_with_an_expired_session(db):
     key = await new_session_key()
     await database_sync_to_async(Session.objects.filter(pk=key).update)(expire_date=timezone.now() - timedelta(1))
     client = await ChatClient.connect(session_key=key)
-    assert not client.connected
+    assert await client.refusal() == CLOSE_REFUSED
 
 
 async def test_a_turn_that_cannot_start_is_an_error_and_the_socket_goes_on(chat, use_provider, monkeypatch):

@@ -13,6 +13,7 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from chat import services, turns
 from chat.models import Conversation, Generation, ToolCall, Turn
+from chat.visitors import Visitor, hash_key
 from tests.chat.chat_client import ChatClient
 from tests.provider import WaitFor, answer, finish, text, tool_fragment, usage
 
@@ -78,7 +79,7 @@ async def test_checkpoints_are_timed_not_per_token(chat, use_provider, settings)
 
 
 def stale_turn(*, minutes_ago=5, checkpoint_round=2, recorded_rounds=1):
-    conversation = Conversation.objects.create(session_key="dead-process")
+    conversation = Conversation.objects.create(visitor_hash="dead-process")
     heartbeat = timezone.now() - timedelta(minutes=minutes_ago)
     turn = Turn.objects.create(
         conversation=conversation,
@@ -185,10 +186,8 @@ async def test_a_long_tool_call_id_is_stored(chat, use_provider):
 
 
 async def test_a_socket_that_cannot_send_interrupts_the_turn(use_provider):
-    client = await ChatClient.connect()
-    await client.close()
-    conversation = await database_sync_to_async(Conversation.objects.get)()
-    turn_id, messages = await database_sync_to_async(services.start_turn)(conversation.id, "hi", "gpt-4o-mini")
+    visitor = Visitor.of(hash_key("someone"), None)
+    _, turn_id, messages = await database_sync_to_async(services.start_turn)(visitor, None, "hi", "gpt-4o-mini")
     sent = []
 
     async def send(frame):

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,10 +20,12 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.contrib.sessions.models import Session
 from django.core import signing
 from django.test import AsyncClient
+from django.utils import timezone
 
 from chat import embed, services
-from chat.consumers import CLOSE_NO_SESSION
+from chat.consumers import CLOSE_REFUSED
 from chat.models import Conversation, HelpArticle, Turn
+from chat.visitors import hash_key
 from kookee.asgi import application
 from tests.chat.chat_client import ORIGIN, ChatClient, new_session_key
 from tests.provider import WaitFor, answer, finish, text, usage
@@ -89,22 +92,42 @@ def test_a_token_is_safe_in_a_query_string_and_an_attribute():
     assert re.fullmatch(r"[A-Za-z0-9:_-]+", token)
 
 
-def test_a_token_lasts_as_long_as_a_session_cookie(settings):
-    settings.SESSION_COOKIE_AGE = 3600
+def test_a_token_is_fresh_for_the_idle_period(settings):
+    settings.KOOKEE_WIDGET_IDLE_DAYS = 1
     key = "w-" + "a" * 32
-    assert embed.visitor_key(signed_at(key, 3600 - 60)) == key
-    assert embed.visitor_key(signed_at(key, 3600 + 60)) is None
+    assert embed.is_fresh(signed_at(key, 86400 - 60))
+    assert not embed.is_fresh(signed_at(key, 86400 + 60))
+    # An old token still names its visitor: whether it is good is the
+    # conversation's business (used lately or not).
+    assert embed.visitor_key(signed_at(key, 86400 + 60)) == key
 
 
-def test_an_expired_token_is_refused_with_the_default_age(settings):
-    assert embed.visitor_key(signed_at("w-" + "b" * 32, settings.SESSION_COOKIE_AGE + 5)) is None
-
-
-def test_the_age_is_read_when_the_token_is_checked(settings):
+def test_the_idle_period_is_read_when_the_token_is_checked(settings):
     token = embed.new_token()
-    assert embed.visitor_key(token) is not None
-    settings.SESSION_COOKIE_AGE = -1
-    assert embed.visitor_key(token) is None
+    assert embed.is_fresh(token)
+    settings.KOOKEE_WIDGET_IDLE_DAYS = -1
+    assert not embed.is_fresh(token)
+
+
+@pytest.mark.django_db
+def test_an_old_token_is_good_while_its_conversation_is_in_use(settings):
+    settings.KOOKEE_WIDGET_IDLE_DAYS = 1
+    key = "w-" + "e" * 32
+    token = signed_at(key, 3 * 86400)
+    assert services.visitor_for_token(token) is None  # idle: never used since it was made
+    conversation = Conversation.objects.create(visitor_hash=hash_key(key))
+    assert services.visitor_for_token(token) == hash_key(key)  # used within the day
+    Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now() - timedelta(days=2))
+    assert services.visitor_for_token(token) is None  # idle for two days
+
+
+@pytest.mark.django_db
+def test_a_revoked_token_is_refused():
+    token = embed.new_token()
+    visitor = services.visitor_for_token(token)
+    assert visitor == hash_key(embed.visitor_key(token))
+    services.forget_visitor(visitor)
+    assert services.visitor_for_token(token) is None
 
 
 def forged_tokens() -> list[tuple[str, str]]:
@@ -196,7 +219,7 @@ def test_the_embed_page_leaves_an_existing_session_alone(client):
 
     assert not response.cookies
     assert client.cookies["sessionid"].value == key
-    assert Conversation.objects.count() == 1  # the chat page's, none for the widget
+    assert Conversation.objects.count() == 0  # a page view stores no conversation
 
 
 @pytest.mark.django_db
@@ -255,8 +278,8 @@ async def test_a_token_from_the_embed_page_opens_the_chat(use_provider):
         await chat.close()
 
     conversation = await database_sync_to_async(lambda: Turn.objects.get(pk=turn_id).conversation)()
-    assert conversation.session_key == embed.visitor_key(token)
-    assert not await database_sync_to_async(Session.objects.filter(session_key=conversation.session_key).exists)()
+    assert conversation.visitor_hash == hash_key(embed.visitor_key(token))
+    assert not await database_sync_to_async(Session.objects.exists)()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -347,7 +370,7 @@ async def test_token_visitors_and_cookie_visitors_are_kept_apart(use_provider):
 
     # A widget visitor's key is no session key: as a cookie it opens nothing.
     as_cookie = await ChatClient.connect(embed.visitor_key(token))
-    assert not as_cookie.connected
+    assert await as_cookie.refusal() == CLOSE_REFUSED
 
 
 @pytest.mark.django_db(transaction=True)
@@ -356,14 +379,13 @@ async def test_a_bad_token_is_refused(case, settings):
     key = "w-" + "d" * 32
     token = {
         "forged": signing.TimestampSigner(key="not-our-secret", salt=SALT).sign(key),
-        "expired": signed_at(key, settings.SESSION_COOKIE_AGE + 60),
+        "expired": signed_at(key, settings.KOOKEE_WIDGET_IDLE_DAYS * 86400 + 60),
         "unprefixed": signing.TimestampSigner(salt=SALT).sign("d" * 32),
         "junk": "not a token",
     }[case]
     client = await connect_with_token(token)
     try:
-        assert not client.connected
-        assert client.close_code == CLOSE_NO_SESSION
+        assert await client.refusal() == CLOSE_REFUSED
     finally:
         await client.close()
     assert await database_sync_to_async(Conversation.objects.count)() == 0
@@ -375,8 +397,8 @@ async def test_a_session_key_as_the_token_is_refused_even_with_its_cookie():
     alone = await connect_with_token(key)
     with_cookie = await connect_with_token(key, session_key=key)
     try:
-        assert not alone.connected
-        assert not with_cookie.connected
+        assert await alone.refusal() == CLOSE_REFUSED
+        assert await with_cookie.refusal() == CLOSE_REFUSED
     finally:
         await alone.close()
         await with_cookie.close()
@@ -431,7 +453,7 @@ async def test_the_history_frame_for_a_cookie_visitor(use_provider):
         ]
         assert all(t["sources"] == [] for t in turns)
         conversation_id = await database_sync_to_async(lambda: Turn.objects.get(pk=first).conversation_id)()
-        assert turns == await database_sync_to_async(services.history_of)(conversation_id)
+        assert {"turns": turns, "more": False} == await database_sync_to_async(services.history_of)(conversation_id)
         # Extra fields are ignored, as for other frames; nothing else is sent.
         await chat.send({"type": "history", "turn_id": first, "conversation_id": 1})
         assert (await chat.receive())["turns"] == turns
@@ -485,7 +507,7 @@ def embed_origins(value: str) -> subprocess.CompletedProcess:
     set, printing what they made of it. (A .env file beside manage.py would
     add its own: tests assume none.)"""
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "KOOKEE_"))}
-    environment.update(DJANGO_SETTINGS_MODULE="kookee.settings", KOOKEE_EMBED_ORIGINS=value)
+    environment.update(DJANGO_SETTINGS_MODULE="kookee.settings", DJANGO_DEBUG="true", KOOKEE_EMBED_ORIGINS=value)
     return subprocess.run(
         [
             sys.executable,

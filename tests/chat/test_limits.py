@@ -16,6 +16,7 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from chat.limits import FrameBudget
 from chat.models import Conversation, Turn
+from chat.visitors import hash_key
 from kookee.asgi import application
 from tests.chat.chat_client import ORIGIN, ChatClient, new_session_key
 from tests.provider import WaitFor, answer, text
@@ -113,7 +114,7 @@ async def test_the_turn_rate_is_counted_in_the_database(visitors, use_provider, 
     settings.KOOKEE_TURNS_PER_MINUTE = 2
     key = await new_session_key()
     chat = await visitors(session_key=key)
-    conversation = await database_sync_to_async(Conversation.objects.get)(session_key=key)
+    conversation = await database_sync_to_async(Conversation.objects.create)(visitor_hash=hash_key(key))
 
     @database_sync_to_async
     def turns_from_another_process():
@@ -256,7 +257,7 @@ async def test_a_full_conversation_makes_way_for_a_new_one(visitors, use_provide
     @database_sync_to_async
     def conversations():
         first_turn, second_turn = Turn.objects.get(pk=first["turn_id"]), Turn.objects.get(pk=second)
-        return first_turn.conversation.session_key == second_turn.conversation.session_key, (
+        return first_turn.conversation.visitor_hash == second_turn.conversation.visitor_hash, (
             first_turn.conversation_id != second_turn.conversation_id
         )
 

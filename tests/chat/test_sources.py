@@ -247,7 +247,7 @@ def stored_results(turn_id):
 
 @database_sync_to_async
 def history_of_turn(turn_id):
-    return services.history(Turn.objects.get(pk=turn_id).conversation)
+    return services.history_of(Turn.objects.get(pk=turn_id).conversation_id)["turns"]
 
 
 CUSTOMIZE = {

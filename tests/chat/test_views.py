@@ -7,7 +7,9 @@ import pytest
 from django.contrib.sessions.models import Session
 from django.test import Client
 
+from chat import services
 from chat.models import Conversation, HelpArticle, Turn
+from chat.visitors import hash_key
 
 pytestmark = pytest.mark.django_db
 
@@ -34,25 +36,41 @@ def test_the_chat_page_sets_the_session_cookie(client):
     assert response.cookies["sessionid"].value
 
 
+def conversation_of(client) -> Conversation:
+    """The conversation a first message from this browser would create."""
+    return Conversation.objects.create(visitor_hash=hash_key(client.cookies["sessionid"].value))
+
+
+def test_a_page_view_stores_no_conversation(client):
+    client.get("/")
+    Client().get("/")
+
+    assert Conversation.objects.count() == 0
+
+
 def test_a_second_visit_keeps_the_session_and_the_conversation(client):
     client.get("/")
     key = client.cookies["sessionid"].value
-    conversation = Conversation.objects.get()
-    assert conversation.session_key == key
+    conversation = conversation_of(client)
+    Turn.objects.create(conversation=conversation, user_text="mine", model="gpt-4o-mini", status="completed")
 
     response = client.get("/")
 
     assert response.status_code == 200
     assert client.cookies["sessionid"].value == key
+    assert [turn["user_text"] for turn in embedded_history(response)["turns"]] == ["mine"]
     assert Conversation.objects.get().pk == conversation.pk
 
 
-def test_two_visitors_get_two_conversations(client):
+def test_the_session_key_is_never_stored_only_its_keyed_hash(client):
     client.get("/")
-    Client().get("/")
+    key = client.cookies["sessionid"].value
+    conversation_of(client)
 
-    assert Conversation.objects.count() == 2
-    assert len(set(Conversation.objects.values_list("session_key", flat=True))) == 2
+    stored = Conversation.objects.get().visitor_hash
+    assert key not in stored
+    assert stored == hash_key(key)
+    assert len(stored) == 64
 
 
 def test_a_cookie_for_a_vanished_session_gets_a_fresh_session(client):
@@ -64,7 +82,32 @@ def test_a_cookie_for_a_vanished_session_gets_a_fresh_session(client):
 
     assert response.status_code == 200
     assert client.cookies["sessionid"].value != stale
-    assert Conversation.objects.filter(session_key=client.cookies["sessionid"].value).exists()
+
+
+def test_a_revoked_session_gets_a_new_key_and_keeps_its_data(client):
+    client.get("/")
+    session = client.session
+    session["kept"] = "yes"
+    session.save()
+    old = client.cookies["sessionid"].value
+    Turn.objects.create(conversation=conversation_of(client), user_text="before", model="m", status="completed")
+    services.forget_visitor(hash_key(old))
+
+    response = client.get("/")
+
+    new = client.cookies["sessionid"].value
+    assert new != old
+    assert client.session["kept"] == "yes"
+    assert embedded_history(response) == {"turns": [], "more": False}
+    assert not Session.objects.filter(session_key=old).exists()
+
+
+@pytest.mark.parametrize("path", ["/", "/embed/"])
+def test_pages_with_a_visitor_secret_are_never_cached(client, path):
+    response = client.get(path)
+
+    directives = {d.strip() for d in response["Cache-Control"].split(",")}
+    assert {"private", "no-store"} <= directives
 
 
 # --- the history embedded in the page --------------------------------------------------------
@@ -72,7 +115,7 @@ def test_a_cookie_for_a_vanished_session_gets_a_fresh_session(client):
 
 def test_the_page_embeds_the_history_in_order(client):
     client.get("/")
-    conversation = Conversation.objects.get()
+    conversation = conversation_of(client)
     first = Turn.objects.create(
         conversation=conversation,
         user_text="How do I install the widget?",
@@ -91,7 +134,7 @@ def test_the_page_embeds_the_history_in_order(client):
     third = Turn.objects.create(conversation=conversation, user_text="still there?", model="gpt-4o-mini")
     # another visitor's turn stays out of this page
     Turn.objects.create(
-        conversation=Conversation.objects.create(session_key="someone-else"),
+        conversation=Conversation.objects.create(visitor_hash=hash_key("someone-else")),
         user_text="not mine",
         model="gpt-4o-mini",
     )
@@ -99,7 +142,7 @@ def test_the_page_embeds_the_history_in_order(client):
     response = client.get("/")
 
     assert response.status_code == 200
-    assert embedded_history(response) == [
+    assert embedded_history(response)["turns"] == [
         {
             "turn_id": first.id,
             "user_text": "How do I install the widget?",
@@ -121,7 +164,7 @@ def test_the_page_embeds_the_history_in_order(client):
 def test_the_embedded_history_cannot_break_out_of_its_script(client):
     client.get("/")
     Turn.objects.create(
-        conversation=Conversation.objects.get(),
+        conversation=conversation_of(client),
         user_text=BREAKOUT,
         assistant_text=f"{IMG} {BREAKOUT}",
         status="completed",
@@ -138,7 +181,20 @@ def test_the_embedded_history_cannot_break_out_of_its_script(client):
 
 
 def test_an_empty_conversation_embeds_an_empty_history(client):
-    assert embedded_history(client.get("/")) == []
+    assert embedded_history(client.get("/")) == {"turns": [], "more": False}
+
+
+def test_the_page_embeds_only_the_latest_page_of_history(client, settings):
+    settings.KOOKEE_HISTORY_PAGE_TURNS = 2
+    client.get("/")
+    conversation = conversation_of(client)
+    for n in range(5):
+        Turn.objects.create(conversation=conversation, user_text=f"q{n}", model="m", status="completed")
+
+    history = embedded_history(client.get("/"))
+
+    assert [turn["user_text"] for turn in history["turns"]] == ["q3", "q4"]
+    assert history["more"] is True
 
 
 # --- help articles ---------------------------------------------------------------------------
