@@ -9,8 +9,9 @@ from channels.db import database_sync_to_async
 from billing.models import LedgerEntry
 from chat import services, turns
 from chat.consumers import CLOSE_REFUSED
-from chat.models import Generation, HelpArticle, ToolCall, Turn
+from chat.models import Conversation, Generation, HelpArticle, RevokedKey, ToolCall, Turn
 from chat.rounds import Tool
+from chat.visitors import hash_key
 from tests.chat.chat_client import ChatClient, check_turn
 from tests.provider import HTTPError, WaitFor, answer, finish, text, tool_round, usage
 
@@ -432,3 +433,106 @@ async def test_the_output_limit_parameter(chat, use_provider, settings, paramete
     assert body[sent] == 321
     [other] = {"max_tokens", "max_completion_tokens"} - {sent}
     assert other not in body
+
+
+# --- a conversation is stored at the first message; starting over ---------------------------
+
+
+async def test_connecting_and_reading_history_store_nothing(chat):
+    await chat.send({"type": "history"})
+    assert await chat.receive() == {"type": "history", "turns": [], "more": False}
+    assert await database_sync_to_async(Conversation.objects.count)() == 0
+
+
+async def test_the_first_message_creates_the_conversation_under_the_key_hash(use_provider):
+    from tests.chat.chat_client import new_session_key
+
+    key = await new_session_key()
+    chat = await ChatClient.connect(session_key=key)
+    try:
+        use_provider.queue(answer("Hello."), answer("Again."))
+        await chat.finish(await chat.ask("hi"))
+        await chat.finish(await chat.ask("and again"))
+    finally:
+        await chat.close()
+    conversation = await database_sync_to_async(Conversation.objects.get)()
+    assert conversation.visitor_hash == hash_key(key)
+    assert await database_sync_to_async(conversation.turns.count)() == 2
+
+
+async def test_forget_stops_the_turn_revokes_the_key_and_keeps_the_records(use_provider):
+    from tests.chat.chat_client import new_session_key
+
+    key = await new_session_key()
+    chat = await ChatClient.connect(session_key=key)
+    other_tab = await ChatClient.connect(session_key=key)
+    use_provider.queue([text("Half an"), WaitFor(asyncio.Event())])
+    turn_id = await chat.ask("long one")
+    await wait_for_delta(chat, turn_id)
+
+    await chat.send({"type": "forget"})
+
+    ended = await chat.receive_until("turn.ended", turn_id=turn_id)
+    assert ended["status"] == "interrupted"
+    assert await chat.refusal() == CLOSE_REFUSED
+    await check_turn(chat.frames, turn_id)
+    # The key opens nothing any more, in a new tab or in one already open.
+    again = await ChatClient.connect(session_key=key)
+    assert await again.refusal() == CLOSE_REFUSED
+    await other_tab.send({"type": "message", "text": "still me?"})
+    assert await other_tab.refusal() == CLOSE_REFUSED
+    await other_tab.close()
+    # Support and finance keep the records; they belong to nobody now.
+    conversation = await database_sync_to_async(Conversation.objects.get)()
+    assert conversation.visitor_hash == ""
+    assert await database_sync_to_async(LedgerEntry.objects.filter(turn_id=turn_id).count)() == 1
+    assert await database_sync_to_async(RevokedKey.objects.filter(visitor_hash=hash_key(key)).exists)()
+
+
+# --- history pages -----------------------------------------------------------------------
+
+
+async def test_history_comes_in_pages_latest_first(chat, use_provider, settings):
+    settings.KOOKEE_HISTORY_PAGE_TURNS = 2
+    for n in range(5):
+        use_provider.queue(answer(f"A to q{n}."))
+        await chat.finish(await chat.ask(f"q{n}"))
+
+    await chat.send({"type": "history"})
+    latest = await chat.receive_until("history")
+    assert [t["user_text"] for t in latest["turns"]] == ["q3", "q4"]
+    assert latest["more"] is True
+    assert "before" not in latest
+
+    await chat.send({"type": "history", "before": latest["turns"][0]["turn_id"]})
+    older = await chat.receive_until("history")
+    assert [t["user_text"] for t in older["turns"]] == ["q1", "q2"]
+    assert older == {**older, "more": True, "before": latest["turns"][0]["turn_id"]}
+
+    await chat.send({"type": "history", "before": older["turns"][0]["turn_id"]})
+    oldest = await chat.receive_until("history")
+    assert [t["user_text"] for t in oldest["turns"]] == ["q0"]
+    assert oldest["more"] is False
+
+
+@pytest.mark.parametrize("before", [0, -1, "12", 1.5, True, [], {}])
+async def test_a_bad_history_page_is_a_clear_error(chat, before):
+    await chat.send({"type": "history", "before": before})
+    error = await chat.receive()
+    assert (error["type"], error["code"]) == ("error", "bad_frame")
+    assert "before" in error["message"]
+
+
+async def test_a_history_page_never_reaches_another_conversation(chat, use_provider):
+    use_provider.queue(answer("Mine."))
+    mine = await chat.ask("mine")
+    await chat.finish(mine)
+    other = await ChatClient.connect()
+    try:
+        use_provider.queue(answer("Theirs."))
+        await other.finish(await other.ask("theirs"))
+        await other.send({"type": "history", "before": mine + 1000})
+        page = await other.receive_until("history")
+        assert [t["user_text"] for t in page["turns"]] == ["theirs"]
+    finally:
+        await other.close()

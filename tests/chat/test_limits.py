@@ -4,8 +4,10 @@ day), and frame floods. Past a limit: a polite `error` frame, no turn, no
 model call."""
 
 import asyncio
+import ipaddress
 import time
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from channels.db import database_sync_to_async
@@ -14,12 +16,14 @@ from django.db import connection
 from django.utils import timezone
 
 from billing.models import LedgerEntry
+from chat import embed
+from chat.consumers import CLOSE_IDLE, CLOSE_TOO_MANY
 from chat.limits import FrameBudget
 from chat.models import Conversation, Turn
 from chat.visitors import hash_key
 from kookee.asgi import application
 from tests.chat.chat_client import ORIGIN, ChatClient, new_session_key
-from tests.provider import WaitFor, answer, text
+from tests.provider import WaitFor, answer, finish, text, usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -264,3 +268,182 @@ async def test_a_full_conversation_makes_way_for_a_new_one(visitors, use_provide
     assert await conversations() == (True, True)
     # The new conversation starts without the old one's history.
     assert [m["role"] for m in use_provider.requests[1].body["messages"]] == ["system", "user"]
+
+
+# --- daily budgets an abuser cannot reset ----------------------------------------------------
+
+
+async def connect_as(address, *, token=False, forwarded_for=None):
+    """A brand-new visitor (a fresh cookie, or a fresh widget token) at a
+    peer address, as an abuser rotating identities would connect."""
+    headers = [(b"origin", ORIGIN)]
+    if forwarded_for:
+        headers.append((b"x-forwarded-for", forwarded_for.encode()))
+    if token:
+        path = f"/ws/chat/?token={quote(embed.new_token(), safe='')}"
+    else:
+        path = "/ws/chat/"
+        headers.append((b"cookie", f"sessionid={await new_session_key()}".encode()))
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    communicator.scope["client"] = (address, 50123)
+    client = ChatClient(communicator)
+    client.connected, client.close_code = await communicator.connect()
+    assert client.connected
+    return client
+
+
+@pytest.fixture
+def budgets(settings, use_provider):
+    """A site day of 10,000 tokens, of which one network may take 10%; every
+    answer costs 300 tokens, so a network is spent after 4 turns."""
+    settings.KOOKEE_TOKENS_PER_DAY = 10_000
+    settings.KOOKEE_NETWORK_SHARE_OF_DAY = 0.1
+    settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = 1000
+    settings.KOOKEE_SOCKETS_PER_NETWORK = 1000
+    use_provider.queue(*[answer("Sure.", 200, 100) for _ in range(20)])
+    return use_provider
+
+
+async def chats(client) -> str:
+    """Asks once; the turn's status, or the code it was refused with."""
+    try:
+        await client.send({"type": "message", "text": "one more, please"})
+        frame = await client.receive()
+        if frame["type"] == "error":
+            return frame["code"]
+        return (await client.finish(frame["turn_id"]))["status"]
+    finally:
+        await client.close()
+
+
+async def test_rotating_cookies_and_tokens_does_not_reset_the_network_budget(budgets):
+    outcomes = [await chats(await connect_as("203.0.113.7", token=n % 2 == 1)) for n in range(50)]
+
+    assert outcomes[:4] == ["completed"] * 4
+    assert set(outcomes[4:]) == {"network_budget_exhausted"}
+    assert len(budgets.requests) == 4
+    assert await turn_count() == 4
+    # Another network still chats: the site's budget is far from spent.
+    assert await chats(await connect_as("198.51.100.9")) == "completed"
+    # So does a widget visitor there.
+    assert await chats(await connect_as("198.51.100.10", token=True)) == "completed"
+
+
+async def test_rotating_ipv6_addresses_within_a_64_shares_one_budget(budgets):
+    outcomes = [await chats(await connect_as(f"2001:db8:1:2::{n:x}")) for n in range(1, 8)]
+
+    assert outcomes == ["completed"] * 4 + ["network_budget_exhausted"] * 3
+    assert await chats(await connect_as("2001:db8:1:3::1")) == "completed"
+
+
+async def test_a_forged_header_from_an_untrusted_peer_changes_nothing(budgets):
+    for _ in range(4):
+        assert await chats(await connect_as("203.0.113.7")) == "completed"
+
+    # The spent network claims to be someone else: it is not believed.
+    assert await chats(await connect_as("203.0.113.7", forwarded_for="198.51.100.9")) == "network_budget_exhausted"
+    # Nor can it spend a victim's budget by claiming to be them.
+    for _ in range(4):
+        await chats(await connect_as("192.0.2.1", forwarded_for="203.0.113.99"))
+    assert await chats(await connect_as("203.0.113.99")) == "completed"
+
+
+async def test_behind_a_trusted_proxy_the_visitor_address_counts(budgets, settings):
+    settings.KOOKEE_TRUSTED_PROXIES = [ipaddress.ip_network("10.0.0.0/24")]
+    for _ in range(4):
+        assert await chats(await connect_as("10.0.0.2", forwarded_for="203.0.113.7")) == "completed"
+
+    spent = await connect_as("10.0.0.2", forwarded_for="203.0.113.7")
+    assert await chats(spent) == "network_budget_exhausted"
+    # A forged entry left of the proxy's own is ignored: read from the right.
+    forged = await connect_as("10.0.0.2", forwarded_for="198.51.100.50, 203.0.113.7")
+    assert await chats(forged) == "network_budget_exhausted"
+    # Other visitors behind the same proxy are their own networks.
+    assert await chats(await connect_as("10.0.0.2", forwarded_for="198.51.100.50")) == "completed"
+    stored = await database_sync_to_async(list)(Turn.objects.values_list("client_address", "client_network"))
+    assert ("203.0.113.7", "203.0.113.7/32") in stored
+    assert all(address != "10.0.0.2" for address, _ in stored)
+
+
+async def test_one_visitor_has_a_daily_budget_of_their_own(visitors, use_provider, settings):
+    settings.KOOKEE_TOKENS_PER_VISITOR_PER_DAY = 500
+    use_provider.queue(*[answer("Sure.", 200, 100) for _ in range(4)])
+    chat = await visitors(address="203.0.113.7")
+    for _ in range(2):
+        assert (await chat.finish(await chat.ask("hi")))["status"] == "completed"
+
+    error = await refused(chat, "visitor_budget_exhausted")
+    assert "tomorrow" in error["message"]
+    # The same network, another visitor: still chats.
+    neighbour = await visitors(address="203.0.113.7")
+    assert (await neighbour.finish(await neighbour.ask("hi")))["status"] == "completed"
+
+
+async def test_budgets_count_only_today(budgets):
+    for _ in range(4):
+        assert await chats(await connect_as("203.0.113.7")) == "completed"
+
+    @database_sync_to_async
+    def as_if_yesterday():
+        # The ledger is append-only; rewrite its dates underneath it.
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE billing_ledgerentry SET created_at = %s", [timezone.now() - timedelta(days=1)])
+
+    await as_if_yesterday()
+    assert await chats(await connect_as("203.0.113.7")) == "completed"
+
+
+# --- sockets ---------------------------------------------------------------------------------
+
+
+async def test_sockets_per_visitor_are_capped(visitors, settings):
+    settings.KOOKEE_SOCKETS_PER_VISITOR = 2
+    key = await new_session_key()
+    first = await visitors(session_key=key)
+    await visitors(session_key=key)
+
+    third = await ChatClient.connect(key)
+    assert await third.refusal() == CLOSE_TOO_MANY
+    # Another visitor is not affected, and a closed socket frees its place.
+    await visitors()
+    await first.close()
+    again = await visitors(session_key=key)
+    await again.send({"type": "history"})
+    assert (await again.receive())["type"] == "history"
+
+
+async def test_sockets_per_network_are_capped(visitors, settings):
+    settings.KOOKEE_SOCKETS_PER_NETWORK = 3
+    for _ in range(3):
+        await visitors(address="2001:db8:1:2::1")
+    rotated = await connect_from("2001:db8:1:2::99")
+    assert await rotated.refusal() == CLOSE_TOO_MANY
+    await visitors(address="2001:db8:1:3::1")  # the next /64 is another network
+
+
+async def test_an_idle_socket_is_closed_with_a_code_the_page_knows(visitors, settings):
+    settings.KOOKEE_IDLE_SOCKET_SECONDS = 0.3
+    chat = await visitors()
+    await chat.send({"type": "history"})
+    await chat.receive()
+
+    closed = await chat.communicator.receive_output(timeout=3)
+
+    assert closed == {"type": "websocket.close", "code": CLOSE_IDLE, "reason": "Idle."}
+
+
+async def test_a_running_turn_keeps_its_socket_open_past_the_idle_time(visitors, use_provider, settings):
+    settings.KOOKEE_IDLE_SOCKET_SECONDS = 0.2
+    release = asyncio.Event()
+    use_provider.queue([text("Still"), WaitFor(release), text(" going."), finish("stop"), usage(10, 5)])
+    chat = await visitors()
+    turn_id = await chat.ask("long answer")
+    await chat.receive_until("delta")
+    await asyncio.sleep(0.6)  # three idle periods: the turn holds the socket
+    release.set()
+    ended = await chat.receive_until("turn.ended", turn_id=turn_id)
+    assert ended["status"] == "completed"
+    assert chat.text_of(turn_id) == "Still going."
+    # Idle again after the turn: then it closes.
+    closed = await chat.communicator.receive_output(timeout=3)
+    assert closed["code"] == CLOSE_IDLE
