@@ -53,7 +53,9 @@ def start_under_daphne() -> None:
     never runs, so this does nothing.)"""
     reactor = sys.modules.get("twisted.internet.reactor")
     if reactor is not None:
-        reactor.callWhenRunning(start)
+        # Startup triggers fire before the asyncio loop runs: start() wants
+        # it running, so it is called from the loop's first turn.
+        reactor.callWhenRunning(reactor.callLater, 0, start)
 
 
 async def lifespan(scope: dict[str, Any], receive, send) -> None:

@@ -19,10 +19,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+SERVERS = {
+    "daphne": lambda port: ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kookee.asgi:application"],
+    # Lifespan on: a start-up that fails must stop the server, not be skipped.
+    "uvicorn": lambda port: (
+        ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"] + ["kookee.asgi:application"]
+    ),
+}
+
+
 @contextmanager
-def daphne(tmp_path: Path, port: int | None = None, **env: str):
+def daphne(tmp_path: Path, port: int | None = None, server: str = "daphne", **env: str):
     """Migrates a fresh SQLite database (or the one a previous server in
-    tmp_path left) and serves the app with daphne, on `port` or a free one."""
+    tmp_path left) and serves the app with daphne (or uvicorn), on `port` or
+    a free one."""
     database = tmp_path / "db.sqlite3"
     environment = {
         **os.environ,
@@ -37,7 +47,7 @@ def daphne(tmp_path: Path, port: int | None = None, **env: str):
     subprocess.run([*manage, "load_demo_help_center"], env=environment, check=True, cwd=ROOT, capture_output=True)
     port = port or free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kookee.asgi:application"],
+        [sys.executable, *SERVERS[server](port)],
         env=environment,
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
