@@ -23,7 +23,7 @@ SERVERS = {
     "daphne": lambda port: ["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "kookee.asgi:application"],
     # Lifespan on: a start-up that fails must stop the server, not be skipped.
     "uvicorn": lambda port: (
-        ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on"] + ["kookee.asgi:application"]
+        ["-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on", "kookee.asgi:application"]
     ),
 }
 
