@@ -23,6 +23,7 @@ from django.utils.dateparse import parse_date
 
 from billing import charts, exports, reports
 from billing.models import LedgerEntry, Price
+from kookee.admin import ModelAdmin
 
 CHART_DAYS = 30
 MAX_CHART_DAYS = 366
@@ -102,7 +103,7 @@ class TurnStatusFilter(admin.ChoicesFieldListFilter):
 
 
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(admin.ModelAdmin):
+class LedgerEntryAdmin(ModelAdmin):
     """Read-only for everyone, superusers included: the ledger is append-only."""
 
     list_display = ["created", "model", "input", "output", "is_estimated", "cost", "turn_status"]
@@ -265,7 +266,7 @@ class PriceForm(forms.ModelForm):
 
 
 @admin.register(Price)
-class PriceAdmin(admin.ModelAdmin):
+class PriceAdmin(ModelAdmin):
     form = PriceForm
     list_display = ["model", "input_price", "output_price", "effective", "state"]
     list_filter = ["model"]

@@ -120,7 +120,7 @@ class ConversationAdmin(ModelAdmin):
         def turns_that_are(status):
             return _per_row(Turn, "conversation", Count("id"), status=status)
 
-        return (
+        queryset = (
             super()
             .get_queryset(request)
             .annotate(
@@ -130,15 +130,18 @@ class ConversationAdmin(ModelAdmin):
                 failed_count=turns_that_are(Turn.Status.FAILED),
                 generation_total=_per_row(Generation, "turn__conversation", Count("id")),
                 token_total=_per_row(LedgerEntry, "turn__conversation", Sum(F("input_tokens") + F("output_tokens"))),
-                cost_total=Subquery(
-                    LedgerEntry.objects.filter(turn__conversation=OuterRef("pk"))
-                    .order_by()
-                    .values("turn__conversation")
-                    .annotate(total=Sum("cost"))
-                    .values("total")
-                ),
             )
         )
+        if not _can_see_prices(request):
+            return queryset  # nothing to sort by, or to show, by mistake
+        costs = (
+            LedgerEntry.objects.filter(turn__conversation=OuterRef("pk"))
+            .order_by()
+            .values("turn__conversation")
+            .annotate(total=Sum("cost"))
+            .values("total")
+        )
+        return queryset.annotate(cost_total=Subquery(costs))
 
     def has_add_permission(self, request) -> bool:
         return False
