@@ -11,11 +11,15 @@ $(VENV)/installed: requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
+# Local use: DEBUG on (the settings make a local secret in .secret_key).
+# Production never runs this: see docs/operations.md.
+run: export DJANGO_DEBUG ?= true
 run: $(VENV)/installed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo_help_center
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py close_stale_turns
+	$(PY) manage.py purge_expired
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
 
 test: $(VENV)/installed chromium
@@ -41,7 +45,7 @@ format: $(VENV)/installed
 	$(VENV)/bin/ruff format .
 
 clean:
-	rm -rf $(VENV) db.sqlite3 .pytest_cache
+	rm -rf $(VENV) db.sqlite3 .pytest_cache .secret_key
 
 bench: $(VENV)/installed chromium
 	$(PY) bench/stop_latency.py

@@ -203,11 +203,25 @@ KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
 KOOKEE_OFFLINE_TOKENS_PER_SECOND = env.float("KOOKEE_OFFLINE_TOKENS_PER_SECOND", default=40.0)
 KOOKEE_OFFLINE_FIRST_TOKEN_MS = env.int("KOOKEE_OFFLINE_FIRST_TOKEN_MS", default=300)
 
+# Every event once: Django's own loggers print through our handler only (its
+# default config adds a second one under DEBUG), and a 4xx is a line, not a
+# traceback. Kookee's INFO lines carry ids and numbers, never what a visitor
+# or the model wrote.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"no_client_error_traceback": {"()": "kookee.log_filters.NoClientErrorTraceback"}},
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["no_client_error_traceback"],
+        }
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"kookee": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    "loggers": {
+        "kookee": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }

@@ -25,6 +25,7 @@ from django.contrib.auth.models import Permission
 from django.test import AsyncClient
 
 from chat.models import Conversation, Turn
+from chat.visitors import hash_key
 from tests.chat.chat_client import ChatClient
 from tests.provider import WaitFor, answer, finish, text, usage
 
@@ -40,7 +41,7 @@ async def open_page(page: AsyncClient) -> str:
 
 def embedded_history(page: str) -> list[dict]:
     [found] = HISTORY_SCRIPT.findall(page)
-    return json.loads(found)
+    return json.loads(found)["turns"]
 
 
 @database_sync_to_async
@@ -124,7 +125,7 @@ async def test_a_visitors_stop_does_not_stop_another_visitors_turn(use_provider)
 
 @pytest.mark.django_db
 def test_conversation_public_ids_are_random_uuid4s():
-    ids = [Conversation.objects.create(session_key=f"visitor-{n}").public_id for n in range(50)]
+    ids = [Conversation.objects.create(visitor_hash=f"visitor-{n}").public_id for n in range(50)]
 
     assert all(isinstance(i, uuid.UUID) and i.version == 4 and i.variant == uuid.RFC_4122 for i in ids)
     assert len(set(ids)) == 50
@@ -139,7 +140,7 @@ async def test_the_conversation_pk_never_leaves_the_server(use_provider):
     key = page.cookies["sessionid"].value
     # A pk no page or frame would contain by chance.
     pk = 987654321
-    await database_sync_to_async(Conversation.objects.filter(session_key=key).update)(id=pk)
+    await database_sync_to_async(Conversation.objects.create)(id=pk, visitor_hash=hash_key(key))
     chat = await ChatClient.connect(key)
     try:
         use_provider.queue(answer("Hello!"))
@@ -239,3 +240,74 @@ def test_production_refuses_to_start_without_a_secret_key(tmp_path):
 
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY" in result.stderr
+
+
+def show_settings(**env: str) -> subprocess.CompletedProcess:
+    return manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from django.conf import settings; print(settings.DEBUG, len(settings.SECRET_KEY))",
+        DATABASE_URL="sqlite:///:memory:",
+        **env,
+    )
+
+
+STRONG = "kX8" + secrets.token_urlsafe(48)
+
+
+def test_debug_is_off_unless_asked_for():
+    result = show_settings(DJANGO_SECRET_KEY=STRONG)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", str(len(STRONG))]
+
+
+@pytest.mark.parametrize(
+    "weak",
+    [
+        "change-me",
+        "CHANGE-ME",
+        "django-insecure-" + "a1b2c3d4e5" * 5,
+        "short-but-random-Xq9",
+        "a" * 60,
+        "abab" * 20,
+    ],
+)
+def test_production_refuses_a_weak_secret_key(weak):
+    result = show_settings(DJANGO_SECRET_KEY=weak, DJANGO_DEBUG="false")
+
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is too weak" in result.stderr
+
+
+def test_the_example_configuration_cannot_serve_production():
+    example = dict(
+        re.findall(r"^([A-Z_]+)=(.*)$", (ROOT / ".env.example").read_text(), re.MULTILINE),
+    )
+    production = {k: v for k, v in example.items() if k.startswith("DJANGO_")} | {"DJANGO_DEBUG": "false"}
+    result = show_settings(**production)
+
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr
+
+
+def test_a_wildcard_host_with_debug_refuses_to_start():
+    result = show_settings(DJANGO_DEBUG="true", DJANGO_SECRET_KEY=STRONG, DJANGO_ALLOWED_HOSTS="*")
+
+    assert result.returncode != 0
+    assert "DJANGO_ALLOWED_HOSTS=*" in result.stderr
+
+
+def test_local_use_makes_its_own_secret_once():
+    first = show_settings(DJANGO_DEBUG="true")
+    second = show_settings(DJANGO_DEBUG="true")
+
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split()[0] == "True"
+    assert int(first.stdout.split()[1]) >= 50
+    assert first.stdout == second.stdout
+    secret_file = ROOT / ".secret_key"
+    assert secret_file.stat().st_mode & 0o077 == 0  # readable by its owner only
+    assert ".secret_key" in (ROOT / ".gitignore").read_text().split()
