@@ -11,6 +11,17 @@ from tests.provider import ScriptedProvider
 django_settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 
+SLOW = ("tests/e2e/", "tests/test_daphne.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Real server processes and Chromium are slow: `pytest -m "not slow"`
+    is the quick loop, CI runs everything."""
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 async def close_worker_thread_connections():
     """Async code reaches the database through asgiref's worker thread; its
