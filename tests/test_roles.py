@@ -52,6 +52,12 @@ def test_roles_are_created_idempotently():
     assert Group.objects.get(name="Support").permissions.count() == 8
 
 
+def test_no_role_may_erase_transcripts():
+    ensure_roles()
+    for group in Group.objects.all():
+        assert not group.permissions.filter(codename="erase_turn").exists(), group.name
+
+
 def test_support_reads_transcripts_and_edits_the_help_center(client, django_user_model, records):
     client.force_login(staff(django_user_model, "Support"))
     for url in support_pages(records):

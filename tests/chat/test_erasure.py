@@ -1,0 +1,298 @@
+"""Erasure at the visitor's request: the conversation admin's action (for
+holders of chat.erase_turn only, after a confirmation page) and
+`manage.py erase_conversation`. What the visitor and the model wrote goes,
+and the visitor's key with it; the numbers and the ledger stay."""
+
+import io
+import logging
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.contrib import admin
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.models import Group, Permission
+from django.contrib.messages import get_messages
+from django.core.exceptions import PermissionDenied
+from django.core.management import CommandError, ManagementUtility, call_command
+from django.test import Client
+from django.utils import timezone
+
+from billing.models import LedgerEntry
+from billing.services import bill_once
+from chat.admin import ERASED_MESSAGE
+from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
+from chat.roles import ensure_roles
+from chat.visitors import hash_key
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "/admin/chat/conversation/"
+VISITOR_HASH = hash_key("a-visitor-key")
+ERASED_NOTE = "at the visitor's request"
+
+
+def make_conversation(visitor_hash: str = VISITOR_HASH, *, status: str = "completed") -> Conversation:
+    conversation = Conversation.objects.create(visitor_hash=visitor_hash)
+    for number in (1, 2):
+        turn = Turn.objects.create(
+            conversation=conversation,
+            status=status if number == 2 else "completed",
+            user_text=f"My order number is SECRET-{number}",
+            assistant_text=f"Looking up SECRET-{number}",
+            model="gpt-4o-mini",
+            client_address="203.0.113.7",
+            client_network="203.0.113.7/32",
+        )
+        now = timezone.now()
+        generation = Generation.objects.create(turn=turn, round=1, started_at=now, ended_at=now, input_tokens=50)
+        ToolCall.objects.create(
+            generation=generation,
+            call_id="call_1",
+            name="search_help_center",
+            arguments='{"query": "SECRET order"}',
+            result='{"articles": ["SECRET"]}',
+            error="SECRET error",
+        )
+        if turn.status != "streaming":
+            bill_once(turn.id, model="gpt-4o-mini", input_tokens=50 * number, output_tokens=7, estimated=False)
+    return conversation
+
+
+@pytest.fixture
+def conversation() -> Conversation:
+    return make_conversation()
+
+
+@pytest.fixture
+def root(django_user_model):
+    return django_user_model.objects.create_superuser("root", "root@example.com", None)
+
+
+@pytest.fixture
+def root_client(client, root) -> Client:
+    client.force_login(root)
+    return client
+
+
+@pytest.fixture
+def support(django_user_model):
+    ensure_roles()
+    user = django_user_model.objects.create_user(username="sam", is_staff=True)
+    user.groups.add(Group.objects.get(name="Support"))
+    return user
+
+
+def ledger(conversation: Conversation) -> list[dict]:
+    return list(LedgerEntry.objects.filter(turn__conversation=conversation).order_by("id").values())
+
+
+def erase(client: Client, *conversations: Conversation, confirmed: bool = True):
+    form = {"action": "erase_visitors_text", "_selected_action": [c.pk for c in conversations]}
+    return client.post(CHANGELIST, {**form, "post": "yes"} if confirmed else form)
+
+
+def assert_erased(conversation: Conversation) -> None:
+    turns = Turn.objects.filter(conversation=conversation)
+    assert [(t.user_text, t.assistant_text) for t in turns] == [("", "")] * 2
+    assert all(t.erased_at is not None for t in turns)
+    assert [(t.client_address, t.client_network) for t in turns] == [(None, "")] * 2
+    calls = ToolCall.objects.filter(generation__turn__conversation=conversation)
+    assert [(c.arguments, c.result, c.error) for c in calls] == [("", "", "")] * 2
+    assert [c.name for c in calls] == ["search_help_center"] * 2  # what was called stays
+    conversation.refresh_from_db()
+    assert conversation.visitor_hash == ""
+
+
+def assert_untouched(conversation: Conversation) -> None:
+    turns = Turn.objects.filter(conversation=conversation).order_by("id")
+    assert [t.user_text for t in turns] == ["My order number is SECRET-1", "My order number is SECRET-2"]
+    assert all(t.erased_at is None and t.client_address == "203.0.113.7" for t in turns)
+    assert not ToolCall.objects.filter(generation__turn__conversation=conversation, arguments="").exists()
+    visitor_hash = conversation.visitor_hash
+    conversation.refresh_from_db()
+    assert conversation.visitor_hash == visitor_hash != ""
+    assert not RevokedKey.objects.filter(visitor_hash=visitor_hash).exists()
+
+
+# --- the admin action ----------------------------------------------------------------------
+
+
+def test_the_action_asks_for_confirmation_first(root_client, conversation):
+    response = erase(root_client, conversation, confirmed=False)
+
+    assert response.status_code == 200
+    assert response.templates[0].name == "admin/chat/conversation/erase_confirmation.html"
+    page = response.content.decode()
+    assert str(conversation) in page
+    assert f'name="_selected_action" value="{conversation.pk}"' in page
+    assert 'name="post" value="yes"' in page
+    assert_untouched(conversation)
+
+
+def test_erasing_from_the_admin(root_client, root, conversation):
+    other = make_conversation(hash_key("another-visitor"))
+    before = ledger(conversation)
+
+    response = erase(root_client, conversation)
+
+    assert response.status_code == 302
+    assert_erased(conversation)
+    assert ledger(conversation) == before  # same tokens, same cost
+    assert sum(entry["cost"] for entry in before) > Decimal(0)
+    assert list(RevokedKey.objects.values_list("visitor_hash", flat=True)) == [VISITOR_HASH]
+    [entry] = LogEntry.objects.all()
+    assert (entry.user, entry.action_flag, entry.object_id) == (root, CHANGE, str(conversation.pk))
+    assert entry.change_message == ERASED_MESSAGE
+    assert "SECRET" not in entry.object_repr
+    messages = [str(m) for m in get_messages(response.wsgi_request)]
+    assert messages == ["Erased the visitors' text in 1 conversation."]
+    assert_untouched(other)
+
+
+def test_erasing_several_conversations_logs_each(root_client):
+    conversations = [make_conversation(hash_key(f"visitor-{n}")) for n in range(3)]
+
+    erase(root_client, *conversations)
+
+    for conversation in conversations:
+        assert_erased(conversation)
+    assert sorted(LogEntry.objects.values_list("object_id", flat=True)) == sorted(str(c.pk) for c in conversations)
+    assert RevokedKey.objects.count() == 3
+
+
+def test_erasing_is_refused_while_a_turn_streams(root_client, conversation):
+    streaming = make_conversation(hash_key("still-typing"), status="streaming")
+
+    response = erase(root_client, conversation, streaming)
+
+    assert response.status_code == 302
+    assert_untouched(conversation)
+    assert not LogEntry.objects.exists()
+    [message] = get_messages(response.wsgi_request)
+    assert message.level_tag == "error"
+    assert "still running" in str(message)
+
+
+def test_the_transcript_and_the_turn_pages_say_a_turn_was_erased(root_client, conversation):
+    erase(root_client, conversation)
+    turn = conversation.turns.first()
+    day = timezone.localdate(Turn.objects.get(pk=turn.pk).erased_at).isoformat()
+
+    transcript = root_client.get(f"/admin/chat/conversation/{conversation.pk}/change/").content.decode()
+    turn_page = root_client.get(f"/admin/chat/turn/{turn.pk}/change/").content.decode()
+    turn_list = root_client.get("/admin/chat/turn/").content.decode()
+
+    assert transcript.count(f"Erased on {day} {ERASED_NOTE}") == 4  # visitor and assistant, two turns
+    assert "arguments and result erased" in transcript
+    assert turn_page.count(f"Erased on {day} {ERASED_NOTE}") == 2
+    assert "(erased)" in turn_list
+    for page in (transcript, turn_page, turn_list):
+        assert "SECRET" not in page
+
+
+# --- who may erase ---------------------------------------------------------------------------
+
+
+def test_support_is_not_offered_the_action(client, support, conversation):
+    client.force_login(support)
+
+    page = client.get(CHANGELIST)
+
+    assert page.status_code == 200
+    assert "erase_visitors_text" not in page.content.decode()
+    choices = page.context["action_form"].fields["action"].choices if page.context["action_form"] else []
+    assert "erase_visitors_text" not in dict(choices)
+
+
+@pytest.mark.parametrize("confirmed", [False, True])
+def test_a_forged_erase_from_support_is_refused(client, support, conversation, confirmed):
+    client.force_login(support)
+
+    response = erase(client, conversation, confirmed=confirmed)
+
+    assert response.status_code == 200  # Support has no actions: the post shows the list again
+    assert_untouched(conversation)
+    assert not LogEntry.objects.exists()
+
+
+def test_the_action_itself_refuses_without_the_permission(rf, support, conversation):
+    request = rf.post(CHANGELIST, {"post": "yes"})
+    request.user = support
+
+    with pytest.raises(PermissionDenied):
+        admin.site._registry[Conversation].erase_visitors_text(request, Conversation.objects.all())
+
+    assert_untouched(conversation)
+
+
+def test_the_permission_alone_grants_the_action(client, support, conversation):
+    support.user_permissions.add(Permission.objects.get(content_type__app_label="chat", codename="erase_turn"))
+    client.force_login(support)
+
+    assert "erase_visitors_text" in client.get(CHANGELIST).content.decode()
+    erase(client, conversation)
+
+    assert_erased(conversation)
+
+
+# --- manage.py erase_conversation --------------------------------------------------------------
+
+
+def test_the_command_erases_by_public_id(conversation, caplog):
+    other = make_conversation(hash_key("another-visitor"))
+    before = ledger(conversation)
+    caplog.set_level(logging.INFO, logger="kookee.generations")
+    logging.getLogger("kookee.generations").addHandler(caplog.handler)  # "kookee" does not propagate
+
+    try:
+        call_command("erase_conversation", str(conversation.public_id), stdout=(out := io.StringIO()))
+    finally:
+        logging.getLogger("kookee.generations").removeHandler(caplog.handler)
+
+    assert_erased(conversation)
+    assert ledger(conversation) == before
+    assert list(RevokedKey.objects.values_list("visitor_hash", flat=True)) == [VISITOR_HASH]
+    assert out.getvalue() == f"Erased conversation {conversation.public_id}.\n"
+    assert f"erased conversation {conversation.public_id} at the visitor's request, by manage.py" in caplog.text
+    assert "SECRET" not in caplog.text
+    assert_untouched(other)
+
+
+@pytest.mark.parametrize(
+    ("ids", "complaint"),
+    [
+        (["not-a-uuid"], "Not a conversation id (a UUID): not-a-uuid"),
+        (["KNOWN", "1234"], "Not a conversation id (a UUID): 1234"),
+        (["KNOWN", "UNKNOWN"], "No conversation with the public id UNKNOWN"),
+    ],
+)
+def test_the_command_refuses_bad_ids_and_erases_nothing(conversation, ids, complaint):
+    unknown = str(uuid.uuid4())
+    ids = [{"KNOWN": str(conversation.public_id), "UNKNOWN": unknown}.get(i, i) for i in ids]
+
+    with pytest.raises(CommandError) as refused:
+        call_command("erase_conversation", *ids)
+
+    assert complaint.replace("UNKNOWN", unknown) in str(refused.value)
+    assert "Nothing erased." in str(refused.value)
+    assert_untouched(conversation)
+
+
+def test_the_command_refuses_while_a_turn_streams():
+    streaming = make_conversation(status="streaming")
+
+    with pytest.raises(CommandError, match="still running"):
+        call_command("erase_conversation", str(streaming.public_id))
+
+    assert Turn.objects.filter(conversation=streaming, erased_at__isnull=False).count() == 0
+
+
+def test_the_command_exits_non_zero_from_the_shell(conversation, capsys):
+    # As manage.py runs it: a CommandError becomes a message and an exit code.
+    with pytest.raises(SystemExit) as exited:
+        ManagementUtility(["manage.py", "erase_conversation", "not-a-uuid"]).execute()
+
+    assert exited.value.code != 0
+    assert "Not a conversation id" in capsys.readouterr().err
+    assert_untouched(conversation)
