@@ -5,6 +5,7 @@ from decimal import Decimal
 from html.parser import HTMLParser
 
 import pytest
+from django.contrib import admin
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -13,7 +14,7 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat.admin import TurnAdmin
-from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+from chat.models import Conversation, Generation, HelpArticle, RevokedKey, ToolCall, Turn
 
 pytestmark = pytest.mark.django_db
 
@@ -402,3 +403,50 @@ def test_other_changelists_run_a_fixed_number_of_queries(admin_client, django_as
     add(10)
     with django_assert_num_queries(len(few.captured_queries)):
         admin_client.get(url)
+
+
+# --- what identifies a visitor is never shown ------------------------------------------------
+
+PRIVATE_FIELDS = {"visitor_hash", "client_address", "client_network"}
+
+
+def test_no_admin_names_a_field_that_identifies_a_visitor(rf, admin_user):
+    request = rf.get("/")
+    request.user = admin_user
+    turn = make_turn(generations=1)
+
+    assert RevokedKey not in admin.site._registry
+    for model, model_admin in admin.site._registry.items():
+        obj = turn if model is Turn else None
+        named = [
+            *model_admin.get_list_display(request),
+            *model_admin.get_fields(request, obj),
+            *model_admin.get_readonly_fields(request, obj),
+            *model_admin.get_search_fields(request),
+            *model_admin.get_list_filter(request),
+        ]
+        for inline in model_admin.get_inline_instances(request, obj):
+            named += inline.get_fields(request, obj)
+        assert [name for name in map(str, named) if any(field in name for field in PRIVATE_FIELDS)] == [], model
+
+
+def test_no_admin_page_shows_what_identifies_a_visitor(admin_client):
+    visitor_hash = "f00dfeed" * 8
+    conversation = Conversation.objects.create(visitor_hash=visitor_hash)
+    turn = make_turn(conversation, generations=1, client_address="203.0.113.77", client_network="203.0.113.77/32")
+    call = ToolCall.objects.create(generation=turn.generations.get(), name="search_help_center", arguments="{}")
+    pages = [
+        "/admin/chat/conversation/",
+        f"/admin/chat/conversation/{conversation.pk}/change/",
+        "/admin/chat/turn/",
+        f"/admin/chat/turn/{turn.pk}/change/",
+        f"/admin/chat/generation/{call.generation_id}/change/",
+        f"/admin/chat/toolcall/{call.pk}/change/",
+    ]
+
+    for url in pages:
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        page = response.content.decode()
+        for secret in (visitor_hash, visitor_hash[:16], "203.0.113.77"):
+            assert secret not in page, (url, secret)
