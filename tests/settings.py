@@ -9,3 +9,6 @@ os.environ.setdefault("DJANGO_DEBUG", "true")
 os.environ.setdefault("DJANGO_SECRET_KEY", "kookee-tests-only-" + "0123456789abcdef" * 4)
 
 from kookee.settings import *  # noqa: F403
+
+# Logging in test users: a fast hash, not a deliberately slow one.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
