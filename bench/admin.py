@@ -55,7 +55,7 @@ def load() -> None:
     rng = random.Random(7)
     now = timezone.now()
     with transaction.atomic():
-        Conversation.objects.bulk_create(Conversation(session_key=f"s{n}") for n in range(CONVERSATIONS))
+        Conversation.objects.bulk_create(Conversation(visitor_hash=f"s{n}") for n in range(CONVERSATIONS))
         conversation_ids = list(Conversation.objects.values_list("id", flat=True))
         statuses = ["completed"] * 8 + ["interrupted", "truncated", "failed"]
         for start in range(0, TURNS, BATCH):

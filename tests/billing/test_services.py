@@ -11,16 +11,17 @@ from django.utils import timezone
 from billing.models import LedgerEntry, Price
 from billing.services import bill_once, cost_of, price_for
 from chat import services
-from chat.models import Conversation, Generation, Turn
+from chat.models import Generation, Turn
 from chat.rounds import Round
+from chat.visitors import Visitor, hash_key
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def turn_id():
-    conversation = Conversation.objects.create(session_key="k")
-    turn_id, _messages = services.start_turn(conversation.id, "question", "gpt-4o-mini")
+    visitor = Visitor.of(hash_key("k"), "203.0.113.7")
+    _conversation, turn_id, _messages = services.start_turn(visitor, None, "question", "gpt-4o-mini")
     return turn_id
 
 
