@@ -25,11 +25,13 @@ def console_output():
     assert ours("django") == ours("") == [handler]
     assert not logging.getLogger("django").propagate
     output = io.StringIO()
-    previous = handler.setStream(output)
+    # Not setStream(): it flushes the old stream, which may be a capture
+    # file pytest has closed since the handler was made.
+    previous, handler.stream = handler.stream, output
     try:
         yield output
     finally:
-        handler.setStream(previous)
+        handler.stream = previous
 
 
 @pytest.fixture
