@@ -85,6 +85,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif frame["type"] == "stop":
             await self._cancel_turn()
         elif frame["type"] == "history":
+            if self.conversation_id is None:  # another tab of theirs may have written first
+                self.conversation_id = await database_sync_to_async(services.conversation_of)(self.visitor.hash)
             before = frame.get("before")
             page = await database_sync_to_async(services.history_of)(self.conversation_id, before)
             # "before" is echoed, so the page can tell an older page from a fresh look.

@@ -147,6 +147,9 @@ def start_turn(
     if conversation_id is None:
         if RevokedKey.objects.filter(visitor_hash=visitor.hash).exists():
             raise Refused  # started over in another tab since this one connected
+        # Another tab of theirs may have written first since this one connected.
+        conversation_id = conversation_of(visitor.hash)
+    if conversation_id is None:
         conversation = Conversation.objects.create(visitor_hash=visitor.hash)
     else:
         conversation = Conversation.objects.select_for_update().get(pk=conversation_id)

@@ -536,3 +536,22 @@ async def test_a_history_page_never_reaches_another_conversation(chat, use_provi
         assert [t["user_text"] for t in page["turns"]] == ["theirs"]
     finally:
         await other.close()
+
+
+async def test_two_tabs_opened_before_the_first_message_share_one_conversation(use_provider):
+    from tests.chat.chat_client import new_session_key
+
+    key = await new_session_key()
+    first, second = await ChatClient.connect(session_key=key), await ChatClient.connect(session_key=key)
+    try:
+        use_provider.queue(answer("One."), answer("Two."))
+        one = await first.ask("from the first tab")
+        await first.finish(one)
+        await second.send({"type": "history"})
+        assert [t["turn_id"] for t in (await second.receive_until("history"))["turns"]] == [one]
+        two = await second.ask("from the second tab")
+        await second.finish(two)
+    finally:
+        await first.close()
+        await second.close()
+    assert await database_sync_to_async(Conversation.objects.count)() == 1
