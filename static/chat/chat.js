@@ -6,6 +6,8 @@ import { renderInto } from "./markdown.js";
 
 const root = document.getElementById("chat");
 const log = document.getElementById("log");
+const empty = document.getElementById("empty");
+const earlier = document.getElementById("earlier");
 const input = document.getElementById("text");
 const button = document.getElementById("send");
 const connection = document.getElementById("connection");
@@ -27,6 +29,7 @@ let reconnectTimer = null;
 let current = null; // the answer streaming now
 let pending = null; // {text, dropped}: sent, neither started (turn.started) nor refused yet
 let recheck = null; // timer: a dropped answer the server had not closed yet
+let loadingEarlier = false;
 const views = new Map(); // turn id -> the turn on screen
 
 // --- the widget's visitor ------------------------------------------------------------------
@@ -54,8 +57,8 @@ function keepScrolled(wasNearBottom) {
   if (wasNearBottom) log.scrollTop = log.scrollHeight;
 }
 
-function bubble(role) {
-  document.getElementById("empty")?.remove();
+function bubble(role, before) {
+  empty.remove();
   const item = document.createElement("article");
   item.className = `message message--${role}`;
   const who = document.createElement("h2");
@@ -64,21 +67,22 @@ function bubble(role) {
   const body = document.createElement("div");
   body.className = "message__text";
   item.append(who, body);
-  log.append(item);
+  log.insertBefore(item, before);
   return { item, body };
 }
 
-function addUser(text) {
+function addUser(text, before) {
   const follow = nearBottom();
-  const { item, body } = bubble("user");
+  const { item, body } = bubble("user", before);
   body.textContent = text;
   keepScrolled(follow);
   return item;
 }
 
-function addTurn(turnId, userText) {
-  const user = addUser(userText);
-  const { item, body } = bubble("assistant");
+// `before`: the element to insert the turn before (an earlier page), or null.
+function addTurn(turnId, userText, before = null) {
+  const user = addUser(userText, before);
+  const { item, body } = bubble("assistant", before);
   const view = { turnId, userText, user, item, body, text: "", status: "streaming", frame: 0, dropped: false };
   item.dataset.turnId = turnId;
   views.set(turnId, view);
@@ -176,13 +180,46 @@ function finish(view, { status, text, sources, message }) {
   if (view === current) current = null;
 }
 
-function showHistory(turns) {
-  for (const turn of turns) {
-    const view = addTurn(turn.turn_id, turn.user_text);
-    finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources });
-  }
-  if (turns.some((turn) => turn.status === "streaming")) scheduleRecheck();
-  log.scrollTop = log.scrollHeight;
+function showTurn(turn, before = null) {
+  const view = addTurn(turn.turn_id, turn.user_text, before);
+  finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources });
+}
+
+function clearLog() {
+  for (const view of views.values()) cancelAnimationFrame(view.frame);
+  views.clear();
+  current = null;
+  clearTimeout(recheck);
+  log.querySelectorAll(".message").forEach((item) => item.remove());
+  log.append(empty);
+  setMore(false);
+}
+
+// History comes in pages, the latest first: older ones on request.
+function oldestTurnId() {
+  return Number(log.querySelector(".message--assistant")?.dataset.turnId) || null;
+}
+
+function setMore(more) {
+  if (!more && document.activeElement === earlier) log.focus(); // not lost to the body
+  earlier.hidden = !more;
+}
+
+function askEarlier() {
+  if (loadingEarlier || !oldestTurnId()) return;
+  loadingEarlier = true;
+  send({ type: "history", before: oldestTurnId() });
+}
+
+function showEarlier(page) {
+  loadingEarlier = false;
+  if (page.before !== oldestTurnId()) return; // the log was started afresh meanwhile
+  // Keep what the visitor is reading where it is: the page grows above it.
+  const fromBottom = log.scrollHeight - log.scrollTop;
+  const first = log.querySelector(".message");
+  for (const turn of page.turns) showTurn(turn, first);
+  setMore(page.more);
+  log.scrollTop = log.scrollHeight - fromBottom;
 }
 
 // --- controls ------------------------------------------------------------------------------
@@ -263,16 +300,27 @@ const handlers = {
     updateControls();
     if (document.activeElement === button || document.activeElement === document.body) input.focus();
   },
-  history: (frame) => reconcile(frame.turns),
+  history: (frame) => {
+    if (frame.before) return showEarlier(frame); // an older page, asked for by the visitor
+    reconcile(frame);
+  },
 };
 
-// Brings the screen in line with what the server stored: turns this page
-// missed (or only half saw, before a drop) are shown as they were saved.
-function reconcile(turns) {
+// Brings the screen in line with what the server stored, from the latest
+// page of the conversation: turns this page missed (or only half saw,
+// before a drop) are shown as they were saved.
+function reconcile(page) {
+  const reaches = !page.more || page.turns.some((turn) => views.has(turn.turn_id));
+  // More happened elsewhere than a page holds: start again from this page
+  // rather than leave a hole. (On a first look, the log is empty anyway.)
+  if (!reaches) clearLog();
+  if (views.size === 0) setMore(page.more);
+  const oldest = oldestTurnId();
   let stillStreaming = false;
-  for (const turn of turns) {
+  for (const turn of page.turns) {
     let view = views.get(turn.turn_id);
     if (!view) {
+      if (oldest && turn.turn_id < oldest) continue; // "Show earlier messages" brings those
       if (pending?.dropped && turn.user_text === pending.text) pending = null; // sent just before a drop
       view = addTurn(turn.turn_id, turn.user_text);
     }
@@ -295,6 +343,7 @@ function reconcile(turns) {
     setConnection("Your last message was not sent. Please send it again.", "open");
   }
   if (stillStreaming) scheduleRecheck();
+  if (!oldest) log.scrollTop = log.scrollHeight; // a first look starts at the latest
   updateControls();
 }
 
@@ -335,6 +384,7 @@ function connect() {
   });
   socket.addEventListener("close", (event) => {
     socket = null;
+    loadingEarlier = false;
     if (pending) pending.dropped = true; // the history after reconnecting tells if it arrived
     if (current) {
       // What the server saved is asked for once we are back.
@@ -417,7 +467,10 @@ document.getElementById("close")?.addEventListener("click", () => {
   window.parent.postMessage({ type: "kookee:close" }, "*");
 });
 
-const history = document.getElementById("history");
-if (history) showHistory(JSON.parse(history.textContent));
+earlier.addEventListener("click", askEarlier);
+
+// The chat page carries the latest page of its history; the widget asks.
+const inline = document.getElementById("history");
+if (inline) reconcile(JSON.parse(inline.textContent));
 updateControls();
 connect();

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from tests.provider import ScriptedProvider, WaitFor
 from tests.servers import daphne
@@ -125,6 +126,23 @@ class App:
         with sqlite3.connect(self.database) as db:
             return db.execute("select count(*) from billing_ledgerentry where turn_id = ?", [turn_id]).fetchone()[0]
 
+    def rows(self, sql: str, *params) -> list[tuple]:
+        with sqlite3.connect(self.database) as db:
+            return db.execute(sql, params).fetchall()
+
+    def conversation_of(self, user_text: str) -> tuple[int, str]:
+        """The conversation holding the turn with this question, and its visitor hash."""
+        [(conversation, visitor)] = self.rows(
+            "select c.id, c.visitor_hash from chat_turn t join chat_conversation c on c.id = t.conversation_id"
+            " where t.user_text = ?",
+            user_text,
+        )
+        return conversation, visitor
+
+    def questions(self, conversation: int) -> list[str]:
+        found = self.rows("select user_text from chat_turn where conversation_id = ? order by id", conversation)
+        return [text for (text,) in found]
+
 
 @pytest.fixture(scope="module")
 def provider_thread() -> Iterator[ProviderThread]:
@@ -147,8 +165,21 @@ def scripted_app(tmp_path_factory, provider_thread) -> Iterator[App]:
         yield App(f"http://{address}", database, process)
 
 
+# The offline model, quick: a test waits a moment for an answer, not seconds.
+OFFLINE = {"KOOKEE_OFFLINE_TOKENS_PER_SECOND": "400", "KOOKEE_OFFLINE_FIRST_TOKEN_MS": "20"}
+
+
 @pytest.fixture(scope="module")
 def offline_app(tmp_path_factory) -> Iterator[App]:
-    env = {"KOOKEE_OFFLINE_TOKENS_PER_SECOND": "400", "KOOKEE_OFFLINE_FIRST_TOKEN_MS": "20"}
-    with daphne(tmp_path_factory.mktemp("offline"), **env) as (address, database, process):
+    with daphne(tmp_path_factory.mktemp("offline"), **OFFLINE) as (address, database, process):
         yield App(f"http://{address}", database, process)
+
+
+def chat(root, question: str) -> None:
+    """Asks and waits for the whole answer, on the chat page or in the widget's frame."""
+    expect(root.locator("#send")).to_have_text("Send")
+    expect(root.locator("#send")).to_be_enabled()  # connected, and no answer streaming
+    root.locator("#text").fill(question)
+    root.locator("#text").press("Enter")
+    expect(root.locator(".message--user .message__text").last).to_have_text(question)
+    expect(root.locator(".message--assistant").last).to_have_attribute("data-status", "completed")
