@@ -47,6 +47,8 @@ format: $(VENV)/installed
 clean:
 	rm -rf $(VENV) db.sqlite3 .pytest_cache .secret_key
 
+# Benches and the load test serve the app as `make run` does (DEBUG on, a local secret).
+bench load: export DJANGO_DEBUG ?= true
 bench: $(VENV)/installed chromium
 	$(PY) bench/stop_latency.py
 	$(PY) bench/admin.py

@@ -28,6 +28,10 @@ from tests.provider import Pause, ScriptedProvider, text
 from tests.servers import daphne
 from tests.test_daphne import Visitor, _connect, _session_cookie
 
+# One visitor asks every question, as fast as it can: lift its turn rate and
+# frame budget, which would otherwise (rightly) refuse it.
+UNLIMITED = {"KOOKEE_TURNS_PER_MINUTE": "100000", "KOOKEE_FRAME_BURST": "100000", "KOOKEE_FRAMES_PER_SECOND": "10000"}
+
 
 def endless_answer() -> list:
     steps = []
@@ -43,10 +47,7 @@ async def stop_latency(turns: int) -> None:
     hangups, endings = [], []
     with (
         tempfile.TemporaryDirectory() as tmp,
-        daphne(Path(tmp), OPENAI_BASE_URL=url, OPENAI_API_KEY="k") as (
-            address,
-            _,
-        ),
+        daphne(Path(tmp), OPENAI_BASE_URL=url, OPENAI_API_KEY="k", **UNLIMITED) as (address, _, _),
     ):
         async with _connect(address, _session_cookie(address)) as socket:
             visitor = Visitor(socket)
@@ -71,7 +72,7 @@ async def stop_latency(turns: int) -> None:
 
 async def offline_pace(turns: int) -> None:
     firsts, rates = [], []
-    with tempfile.TemporaryDirectory() as tmp, daphne(Path(tmp)) as (address, _):
+    with tempfile.TemporaryDirectory() as tmp, daphne(Path(tmp)) as (address, _, _):
         async with _connect(address, _session_cookie(address)) as socket:
             visitor = Visitor(socket)
             for _ in range(turns):

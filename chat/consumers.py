@@ -32,7 +32,9 @@ CANCEL_WAIT_SECONDS = 10
 CLOSE_REFUSED = 4401  # no live session, or a widget token expired or revoked: start afresh
 CLOSE_IDLE = 4408  # nothing happened for a while: reconnect on the visitor's next move
 CLOSE_TOO_MANY = 4429  # too many sockets for this visitor or network
-CLOSE_FLOOD = 1008  # policy violation
+# Too many frames. (Not 1008, "policy violation": daphne's WebSocket library
+# lets an application close only with 1000 or 3000-4999.)
+CLOSE_FLOOD = 4008
 
 
 class ChatConsumer(AsyncWebsocketConsumer):

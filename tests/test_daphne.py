@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import websockets
 
-from chat.consumers import CLOSE_REFUSED
 from tests.provider import ScriptedProvider, WaitFor, text
 from tests.servers import daphne
 
@@ -110,6 +109,9 @@ async def test_offline_model_over_daphne(offline_server):
 
 
 async def test_handshake_is_refused_without_session_or_from_another_origin(offline_server):
+    # Imported here: bench/ imports this module's helpers without Django set up.
+    from chat.consumers import CLOSE_REFUSED
+
     address, _ = offline_server
     # No session: refused with a code the page can read (a browser sees a
     # refused handshake only as 1006, like any network failure).
@@ -121,6 +123,21 @@ async def test_handshake_is_refused_without_session_or_from_another_origin(offli
     with pytest.raises(websockets.InvalidStatus):
         async with _connect(address, cookie, origin="https://evil.example"):
             pass
+
+
+async def test_a_frame_flood_is_closed_with_a_code_daphne_can_send(offline_server):
+    # Imported here: bench/ imports this module's helpers without Django set up.
+    from chat.consumers import CLOSE_FLOOD
+
+    address, _ = offline_server
+    async with _connect(address, _session_cookie(address)) as socket:
+        with pytest.raises(websockets.ConnectionClosedError) as closed:
+            for _ in range(100):
+                await socket.send(json.dumps({"type": "stop"}))
+            while True:
+                await socket.recv()
+    # Daphne refuses to send 1008 from an application: that was a 1011 crash.
+    assert closed.value.rcvd.code == CLOSE_FLOOD
 
 
 async def test_stop_closes_the_provider_request(tmp_path):

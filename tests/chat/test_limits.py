@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry
 from chat import embed
-from chat.consumers import CLOSE_IDLE, CLOSE_TOO_MANY
+from chat.consumers import CLOSE_FLOOD, CLOSE_IDLE, CLOSE_TOO_MANY
 from chat.limits import FrameBudget
 from chat.models import Conversation, Turn
 from chat.visitors import hash_key
@@ -236,7 +236,7 @@ async def test_a_flood_closes_the_socket_and_the_running_turn_is_saved_and_bille
         await request.hung_up.wait()
     error = await chat.receive()
     assert (error["type"], error["code"]) == ("error", "flood")
-    assert await chat.communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 1008}
+    assert await chat.communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": CLOSE_FLOOD}
     await chat.close()
 
     @database_sync_to_async
