@@ -52,6 +52,7 @@ bench load: export DJANGO_DEBUG ?= true
 bench: $(VENV)/installed chromium
 	$(PY) bench/stop_latency.py
 	$(PY) bench/admin.py
+	$(PY) bench/limits.py
 	$(PY) bench/render.py
 
 load: $(VENV)/installed

@@ -1,0 +1,100 @@
+"""What the limits cost a turn's start, on a busy day.
+
+Loads a day of 20,000 billed turns (4,000 visitors on 1,000 networks) into a
+fresh database, then times, median of 200 runs each:
+- each query the start of a turn runs for the limits (the site's day was
+  the only budget before; visitor and network budgets were added);
+- `start_turn` as a whole (limits, the turn's insert, the history read).
+
+    .venv/bin/python bench/limits.py              # a fresh SQLite database
+    DATABASE_URL=postgres://... bench/limits.py   # or any database you give it
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TMP = tempfile.mkdtemp()
+os.environ.setdefault("DATABASE_URL", f"sqlite:///{TMP}/bench.sqlite3")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kookee.settings")
+os.environ.setdefault("DJANGO_DEBUG", "true")
+# One visitor starts every timed turn: lift the rates that would refuse it.
+os.environ["KOOKEE_TURNS_PER_MINUTE"] = os.environ["KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS"] = "1000000"
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import transaction  # noqa: E402
+
+from billing.models import LedgerEntry  # noqa: E402
+from chat import limits, services  # noqa: E402
+from chat.models import Conversation, Turn  # noqa: E402
+from chat.visitors import Visitor  # noqa: E402
+
+TURNS = 20_000
+VISITORS = 4_000
+NETWORKS = 1_000
+RUNS = 200
+
+
+def load() -> None:
+    with transaction.atomic():
+        Conversation.objects.bulk_create(Conversation(visitor_hash=f"v{n}") for n in range(VISITORS))
+        conversations = list(Conversation.objects.order_by("id").values_list("id", flat=True))
+        Turn.objects.bulk_create(
+            Turn(
+                conversation_id=conversations[n % VISITORS],
+                user_text="q",
+                model="gpt-4o-mini",
+                status="completed",
+                client_network=f"10.0.{n % NETWORKS // 256}.{n % 256}/32",
+            )
+            for n in range(TURNS)
+        )
+        LedgerEntry.objects.bulk_create(
+            LedgerEntry(
+                turn_id=turn_id, model="gpt-4o-mini", input_tokens=900, output_tokens=50, estimated=False, cost=0
+            )
+            for turn_id in Turn.objects.values_list("id", flat=True)
+        )
+
+
+def median_ms(work) -> float:
+    times = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    call_command("migrate", verbosity=0)
+    load()
+    visitor = Visitor("v7", "10.0.0.7", "10.0.0.7/32")
+    today = LedgerEntry.objects.filter(created_at__gte=limits._start_of_day())
+    queries = {
+        "the site's day (before and after)": lambda: limits._tokens(today),
+        "the visitor's day (new)": lambda: limits._tokens(today.filter(turn__conversation__visitor_hash=visitor.hash)),
+        "the network's day (new)": lambda: limits._tokens(today.filter(turn__client_network=visitor.network)),
+    }
+    print(f"{TURNS:,} turns billed today, {VISITORS:,} visitors, {NETWORKS:,} networks")
+    for label, query in queries.items():
+        print(f"{label:40} {median_ms(query):7.2f} ms")
+    conversation = Conversation.objects.get(visitor_hash=visitor.hash).id
+    print(
+        f"{'start_turn, whole':40} {median_ms(lambda: services.start_turn(visitor, conversation, 'hi', 'm')):7.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
