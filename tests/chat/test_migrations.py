@@ -1,0 +1,42 @@
+"""The migration that stops storing visitor keys, run on rows that stored them."""
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from chat.visitors import hash_key
+
+BEFORE = [("chat", "0002_conversation_updated_at_index")]
+AFTER = [("chat", "0003_visitor_hash_and_retention")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_existing_keys_become_keyed_hashes_and_empty_conversations_go():
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE)
+    old = executor.loader.project_state(BEFORE).apps
+    Conversation, Turn = old.get_model("chat", "Conversation"), old.get_model("chat", "Turn")
+    key = "abcdefghijklmnopqrstuvwxyz012345"
+    talked = Conversation.objects.create(session_key=key)
+    widget = Conversation.objects.create(session_key="w-" + "f" * 32)
+    Conversation.objects.create(session_key="only-looked")  # GET / made it; nothing was said
+    for conversation, address in ((talked, "203.0.113.7"), (widget, "2001:db8:1:2::9")):
+        Turn.objects.create(conversation=conversation, user_text="hi", model="m", client_address=address)
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(AFTER)
+    new = executor.loader.project_state(AFTER).apps
+    Conversation, Turn = new.get_model("chat", "Conversation"), new.get_model("chat", "Turn")
+
+    assert dict(Conversation.objects.values_list("pk", "visitor_hash")) == {
+        talked.pk: hash_key(key),
+        widget.pk: hash_key("w-" + "f" * 32),
+    }
+    assert sorted(Turn.objects.values_list("client_network", flat=True)) == ["2001:db8:1:2::/64", "203.0.113.7/32"]
+    with connection.cursor() as cursor:
+        columns = [c.name for c in connection.introspection.get_table_description(cursor, "chat_conversation")]
+    assert "session_key" not in columns
+    # Back to the present, for the tests that follow.
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
