@@ -21,13 +21,28 @@ const ENDINGS = {
   failed: "Something went wrong with this answer.",
 };
 const MAX_BACKOFF_MS = 10000;
+const TOO_MANY_BACKOFF_MS = [30000, 300000]; // first and longest wait after a 4429
+const WAKE_GAP_MS = 3000; // at most one reconnection on activity this often
 const STILL_STREAMING_RECHECK_MS = 2000;
+const TOO_MANY = "Too many chat windows are open. Close one, or come back to this one later.";
+
+// Close codes the server sends after accepting the socket (chat/consumers.py).
+// Anything else (1006: server down, a proxy's 502, no network) means "try again".
+const REFUSED = 4401; // this visitor's key is no good (expired, revoked, or they started over)
+const IDLE = 4408; // closed for idleness: come back when the visitor does
+const CROWDED = 4429; // too many sockets for this visitor or network
+const FLOOD = 1008;
 
 let socket = null;
-let attempts = 0; // failed connection attempts in a row
+let ready = false; // the socket is open and has answered its first history: frames can go
+let dormant = false; // closed by the server for now: the visitor's next move reconnects
+let attempts = 0; // connection attempts in a row that did not get ready
+let lastAttempt = 0; // when the last one started (ms)
 let reconnectTimer = null;
+let outbox = []; // frames sent while dormant: they go once the socket is ready
+let notice = ""; // said once the socket is ready
 let current = null; // the answer streaming now
-let pending = null; // {text, dropped}: sent, neither started (turn.started) nor refused yet
+let pending = null; // {text, sent, dropped}: asked, neither started (turn.started) nor refused yet
 let recheck = null; // timer: a dropped answer the server had not closed yet
 let loadingEarlier = false;
 const views = new Map(); // turn id -> the turn on screen
@@ -37,13 +52,35 @@ const views = new Map(); // turn id -> the turn on screen
 // storage are often blocked. Its visitor is a signed token that the host
 // page keeps in its own, first-party, storage (static/chat/widget.js): it
 // hands it over in the frame's URL fragment, which never reaches a server.
+// Only a frame takes it: frame-ancestors (CSP) has vetted its parent, while
+// anyone can send a link to /embed/#token=THEIRS, to have a victim chat in a
+// conversation they can read (fixation). The page's own token is fresh.
+const framed = window.parent !== window;
 let token = null;
-if (embedded) keepToken(new URLSearchParams(location.hash.slice(1)).get("token") || root.dataset.token);
+let spare = null; // a fresh token not yet used, for when ours is refused
+if (embedded) {
+  const given = framed ? new URLSearchParams(location.hash.slice(1)).get("token") : null;
+  spare = given ? root.dataset.token : null;
+  keepToken(given || root.dataset.token);
+}
 
 function keepToken(value) {
   token = value;
-  // frame-ancestors (CSP) has vetted the parent: only allowed sites frame us.
-  if (window.parent !== window) window.parent.postMessage({ type: "kookee:token", token }, "*");
+  if (framed) {
+    window.parent.postMessage({ type: "kookee:token", token }, "*");
+    // A reload of the frame picks up the current token, not the first one.
+    history.replaceState(null, "", `#token=${encodeURIComponent(token)}`);
+  } else {
+    history.replaceState(null, "", location.pathname); // no token in a link someone might share
+  }
+}
+
+// A token nobody has used: the /embed/ page mints one on every load.
+async function freshToken() {
+  const response = await fetch(location.pathname, { cache: "no-store", credentials: "omit" });
+  if (!response.ok) throw new Error(`HTTP ${response.status}`);
+  const page = new DOMParser().parseFromString(await response.text(), "text/html");
+  return page.getElementById("chat").dataset.token;
 }
 
 // --- rendering -----------------------------------------------------------------------------
@@ -208,7 +245,7 @@ function setMore(more) {
 function askEarlier() {
   if (loadingEarlier || !oldestTurnId()) return;
   loadingEarlier = true;
-  send({ type: "history", before: oldestTurnId() });
+  sendSoon({ type: "history", before: oldestTurnId() });
 }
 
 function showEarlier(page) {
@@ -224,16 +261,14 @@ function showEarlier(page) {
 
 // --- controls ------------------------------------------------------------------------------
 
-function open() {
-  return socket !== null && socket.readyState === WebSocket.OPEN;
-}
-
 function updateControls() {
   const streaming = current !== null;
+  // Dormant, the socket is closed but a send (or any move) brings it back.
+  const usable = ready || dormant;
   button.textContent = streaming ? "Stop" : "Send";
   button.dataset.action = streaming ? "stop" : "send";
   button.setAttribute("aria-label", streaming ? "Stop the answer" : "Send your question");
-  button.disabled = !open() || (!streaming && pending !== null);
+  button.disabled = !usable || (!streaming && pending !== null);
 }
 
 function setConnection(text, state) {
@@ -242,14 +277,21 @@ function setConnection(text, state) {
 }
 
 function send(frame) {
-  if (open()) socket.send(JSON.stringify(frame));
+  if (ready) socket.send(JSON.stringify(frame));
+}
+
+// Sends now, or once the dormant socket is back.
+function sendSoon(frame) {
+  if (ready) return send(frame);
+  outbox.push(frame);
+  wake();
 }
 
 function ask(text) {
   text = text.trim();
-  if (!text || !open() || current || pending) return false;
-  pending = { text, dropped: false };
-  send({ type: "message", text });
+  if (!text || !(ready || dormant) || current || pending) return false;
+  pending = { text, sent: ready, dropped: false };
+  sendSoon({ type: "message", text });
   updateControls();
   return true;
 }
@@ -302,7 +344,9 @@ const handlers = {
   },
   history: (frame) => {
     if (frame.before) return showEarlier(frame); // an older page, asked for by the visitor
+    if (!ready) becomeReady();
     reconcile(frame);
+    flushOutbox();
   },
 };
 
@@ -364,65 +408,116 @@ function socketUrl() {
 function connect() {
   clearTimeout(reconnectTimer);
   reconnectTimer = null;
-  let opened = false;
-  socket = new WebSocket(socketUrl());
-  socket.addEventListener("open", () => {
-    opened = true;
-    attempts = 0;
-    setConnection("", "open");
-    send({ type: "history" });
-    updateControls();
-  });
-  socket.addEventListener("message", (event) => {
+  dormant = false;
+  lastAttempt = Date.now();
+  const ws = new WebSocket(socketUrl());
+  socket = ws;
+  // The server accepts every handshake it does not refuse outright, then
+  // closes a visitor it will not serve: the socket is ready only once the
+  // history answers (see becomeReady).
+  ws.addEventListener("open", () => ws.send(JSON.stringify({ type: "history" })));
+  ws.addEventListener("message", (event) => {
     let frame;
     try {
       frame = JSON.parse(event.data);
     } catch {
       return;
     }
-    handlers[frame.type]?.(frame);
+    if (socket === ws) handlers[frame.type]?.(frame);
   });
-  socket.addEventListener("close", (event) => {
-    socket = null;
-    loadingEarlier = false;
-    if (pending) pending.dropped = true; // the history after reconnecting tells if it arrived
-    if (current) {
-      // What the server saved is asked for once we are back.
-      setText(current, current.text, true);
-      setNote(current, "Connection lost. Checking what was saved…");
-      current.dropped = true;
-      current.item.removeAttribute("aria-busy");
-      current = null;
-    }
-    updateControls();
-    if (event.code === 1008) {
-      setConnection("Disconnected: too many messages at once. Reload the page to continue.", "closed");
-      return;
-    }
-    if (!opened) refused();
-    reconnect();
+  ws.addEventListener("close", (event) => {
+    if (socket === ws) closed(event.code);
   });
 }
 
-// The handshake failed. If the server answers HTTP, it refused us: the
-// session (or the widget's token) has expired. Start afresh rather than
-// knocking forever.
-async function refused() {
-  try {
-    await fetch(embedded ? location.href : "/", { method: "HEAD", cache: "no-store", credentials: "same-origin" });
-  } catch {
-    return; // the network or the server is down: keep trying as we are
+function becomeReady() {
+  ready = true;
+  attempts = 0;
+  setConnection(notice, "open");
+  notice = "";
+}
+
+function flushOutbox() {
+  for (const frame of outbox) send(frame);
+  if (pending) pending.sent = true;
+  outbox = [];
+  updateControls();
+}
+
+function closed(code) {
+  socket = null;
+  ready = false;
+  outbox = [];
+  loadingEarlier = false;
+  if (pending?.sent) {
+    pending.dropped = true; // the history after reconnecting tells if it arrived
+  } else if (pending) {
+    if (!input.value) input.value = pending.text; // never left this page
+    pending = null;
   }
-  if (embedded && token !== root.dataset.token) keepToken(root.dataset.token);
-  // On the chat page, that request has set a new session cookie.
+  if (current) {
+    // What the server saved is asked for once we are back.
+    setText(current, current.text, true);
+    setNote(current, "Connection lost. Checking what was saved…");
+    current.dropped = true;
+    current.item.removeAttribute("aria-busy");
+    current = null;
+  }
+  if (code === FLOOD) {
+    setConnection("Disconnected: too many messages at once. Reload the page to continue.", "closed");
+  } else if (code === REFUSED) {
+    renew();
+  } else if (code === IDLE) {
+    dormant = true; // nothing to say: the visitor's next move reconnects
+    setConnection("", "idle");
+  } else if (code === CROWDED) {
+    dormant = true;
+    reconnect(TOO_MANY, ...TOO_MANY_BACKOFF_MS);
+  } else {
+    reconnect(attempts >= 5 ? "Still reconnecting… Check your connection." : "Connection lost. Reconnecting…");
+  }
+  updateControls();
 }
 
-function reconnect() {
-  const delay = Math.min(MAX_BACKOFF_MS, 500 * 2 ** attempts) * (0.75 + Math.random() / 2);
+// Our key is refused: it expired or was revoked. Only now is a new one taken (never on a network failure, which
+// would cost the visitor their conversation), and the conversation shown
+// is no longer theirs.
+async function renew() {
+  if (views.size) notice = "This conversation has ended. Your next message starts a new one.";
+  clearLog();
+  setConnection("Starting a new conversation…", "reconnecting");
+  try {
+    if (embedded) keepToken(spare || (await freshToken()));
+    else await fetch("/", { method: "HEAD", cache: "no-store", credentials: "same-origin" }); // a new session cookie
+    spare = null;
+  } catch {
+    // The network or the server is down: the next attempt finds out.
+  }
+  reconnect("Starting a new conversation…");
+}
+
+function reconnect(text, base = 500, longest = MAX_BACKOFF_MS) {
+  const delay = Math.min(longest, base * 2 ** attempts) * (0.75 + Math.random() / 2);
   attempts += 1;
-  setConnection(attempts > 5 ? "Still reconnecting… Check your connection." : "Connection lost. Reconnecting…", "reconnecting");
+  setConnection(text, text === TOO_MANY ? "closed" : "reconnecting");
+  clearTimeout(reconnectTimer);
   reconnectTimer = setTimeout(connect, delay);
 }
+
+// The visitor is back (a key, a click, focus, the tab shown again): reopen a
+// socket the server closed as idle or as one too many, at most once every
+// few seconds, so that typing into a crowded chat does not knock per key.
+function wake() {
+  if (!dormant || socket) return;
+  clearTimeout(reconnectTimer);
+  reconnectTimer = setTimeout(connect, Math.max(0, lastAttempt + WAKE_GAP_MS - Date.now()));
+}
+
+for (const type of ["keydown", "pointerdown", "focusin"]) document.addEventListener(type, wake, true);
+window.addEventListener("focus", wake);
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "visible") wake();
+});
 
 // Offline, an open socket can linger for minutes before it errors: let it go
 // now, so the page says so. Back online: no need to wait out the backoff.

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import App
+from tests.e2e.conftest import OFFLINE, App
 from tests.servers import daphne, free_port
 
 HOST_PAGE = """<!doctype html>
@@ -51,18 +53,25 @@ class _HostPage(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def kookee(tmp_path_factory, customer_sites) -> Iterator[App]:
+@contextmanager
+def widget_server(tmp_path: Path, site: str, **env: str) -> Iterator[App]:
+    """The app, which `site` may embed, for the customer's pages to load the widget from."""
     port = free_port()
-    env = {
-        "KOOKEE_EMBED_ORIGINS": customer_sites[0],
-        "KOOKEE_OFFLINE_TOKENS_PER_SECOND": "400",
-        "KOOKEE_OFFLINE_FIRST_TOKEN_MS": "20",
-    }
-    with daphne(tmp_path_factory.mktemp("widget"), port=port, **env) as (_, database, process):
+    with daphne(tmp_path, port=port, KOOKEE_EMBED_ORIGINS=site, **OFFLINE, **env) as (_, database, process):
         # The customer's page loads the widget from localhost: another site.
         _HostPage.kookee = f"http://localhost:{port}"
         yield App(_HostPage.kookee, database, process)
+
+
+@pytest.fixture(scope="module")
+def kookee(tmp_path_factory, customer_sites) -> Iterator[App]:
+    with widget_server(tmp_path_factory.mktemp("widget"), customer_sites[0]) as app:
+        yield app
+
+
+def stored_token(page) -> str | None:
+    """The widget's token, as the customer's page keeps it."""
+    return page.evaluate("localStorage.getItem('kookee.token')")
 
 
 def open_widget(page):

@@ -1,0 +1,85 @@
+"""Who a conversation belongs to, in Chromium: a link cannot slip a visitor
+into someone else's conversation, and a widget token that is refused is
+replaced, never reused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import App, chat
+from tests.e2e.test_widget import (  # noqa: F401 (customer_sites: a fixture)
+    _HostPage,
+    customer_sites,
+    open_widget,
+    stored_token,
+    widget_server,
+)
+
+WIDGET_IDLE_SECONDS = 3
+
+
+@pytest.fixture(scope="module")
+def widget_app(tmp_path_factory, customer_sites) -> Iterator[App]:  # noqa: F811 (fixture)
+    with widget_server(tmp_path_factory.mktemp("safety"), customer_sites[0]) as app:
+        yield app
+
+
+@pytest.fixture
+def host_page(widget_app, customer_sites, page):  # noqa: F811 (fixture)
+    """The customer's page, loading the widget from widget_app."""
+    _HostPage.kookee = widget_app.url
+    page.goto(customer_sites[0])
+    return page
+
+
+def test_a_top_level_embed_link_cannot_fix_the_conversation(widget_app, host_page, browser):
+    # Someone chats in the widget, then sends a victim a link with their token.
+    widget = open_widget(host_page)
+    chat(widget, "the attacker's question")
+    token = stored_token(host_page)
+    conversation, _ = widget_app.conversation_of("the attacker's question")
+
+    victim = browser.new_context()
+    try:
+        page = victim.new_page()
+        sockets = []
+        page.on("websocket", lambda socket: sockets.append(socket.url))
+        page.goto(f"{widget_app.url}/embed/#token={token}")
+        expect(page.locator("#send")).to_be_enabled()
+        expect(page.locator("#empty")).to_be_visible()
+        expect(page.locator(".message")).to_have_count(0)  # not the attacker's conversation
+        chat(page, "the victim's secret")
+        assert page.evaluate("location.hash") == ""  # nor a token to pass on
+    finally:
+        victim.close()
+
+    assert sockets and all(token not in url for url in sockets)  # the server never saw it
+    assert widget_app.questions(conversation) == ["the attacker's question"]
+    victims, _ = widget_app.conversation_of("the victim's secret")
+    assert victims != conversation
+    host_page.reload()
+    widget = open_widget(host_page)
+    expect(widget.locator(".message--user .message__text")).to_have_text(["the attacker's question"])
+
+
+def test_an_expired_widget_token_is_replaced_and_the_chat_works(tmp_path, customer_sites, page):  # noqa: F811
+    # A token unused for this long, with no conversation moving, is refused.
+    idle_days = f"{WIDGET_IDLE_SECONDS / 86400:.10f}"  # django-environ does not read 3e-05
+    with widget_server(tmp_path, customer_sites[0], KOOKEE_WIDGET_IDLE_DAYS=idle_days) as app:
+        page.goto(customer_sites[0])
+        widget = open_widget(page)
+        chat(widget, "before a long pause")
+        expired = stored_token(page)
+        page.wait_for_timeout(WIDGET_IDLE_SECONDS * 1000 + 500)  # the time it takes to expire
+
+        page.reload()
+        widget = open_widget(page)
+        expect(widget.locator("#empty")).to_be_visible()
+        renewed = stored_token(page)
+        assert renewed and renewed != expired
+        chat(widget, "after a long pause")
+        before, _ = app.conversation_of("before a long pause")
+        assert app.conversation_of("after a long pause")[0] != before
