@@ -1,7 +1,8 @@
 // The chat, on the chat page and in the widget's frame: one WebSocket, the
 // frames of docs/contract.md, plus {"type": "history"} to learn what the
 // server stored (on every connect: after a drop, the truth about an answer
-// that was in flight comes from there, not from what this page guessed).
+// that was in flight comes from there, not from what this page guessed),
+// and {"type": "forget"} to start over.
 import { renderInto } from "./markdown.js";
 
 const root = document.getElementById("chat");
@@ -10,6 +11,8 @@ const empty = document.getElementById("empty");
 const earlier = document.getElementById("earlier");
 const input = document.getElementById("text");
 const button = document.getElementById("send");
+const restartButton = document.getElementById("restart");
+const confirmRestart = document.getElementById("confirm-restart");
 const connection = document.getElementById("connection");
 const embedded = root.dataset.embedded === "true";
 
@@ -41,6 +44,7 @@ let lastAttempt = 0; // when the last one started (ms)
 let reconnectTimer = null;
 let outbox = []; // frames sent while dormant: they go once the socket is ready
 let notice = ""; // said once the socket is ready
+let restarting = false; // the visitor asked to start over
 let current = null; // the answer streaming now
 let pending = null; // {text, sent, dropped}: asked, neither started (turn.started) nor refused yet
 let recheck = null; // timer: a dropped answer the server had not closed yet
@@ -269,6 +273,7 @@ function updateControls() {
   button.dataset.action = streaming ? "stop" : "send";
   button.setAttribute("aria-label", streaming ? "Stop the answer" : "Send your question");
   button.disabled = !usable || (!streaming && pending !== null);
+  restartButton.disabled = !usable || views.size === 0;
 }
 
 function setConnection(text, state) {
@@ -449,6 +454,7 @@ function closed(code) {
   ready = false;
   outbox = [];
   loadingEarlier = false;
+  if (code !== REFUSED) restarting = false; // its forget was lost with the socket
   if (pending?.sent) {
     pending.dropped = true; // the history after reconnecting tells if it arrived
   } else if (pending) {
@@ -479,11 +485,14 @@ function closed(code) {
   updateControls();
 }
 
-// Our key is refused: it expired or was revoked. Only now is a new one taken (never on a network failure, which
+// Our key is refused: the visitor started over, or it expired or was
+// revoked. Only now is a new one taken (never on a network failure, which
 // would cost the visitor their conversation), and the conversation shown
 // is no longer theirs.
 async function renew() {
-  if (views.size) notice = "This conversation has ended. Your next message starts a new one.";
+  if (restarting) notice = "Started a new conversation.";
+  else if (views.size) notice = "This conversation has ended. Your next message starts a new one.";
+  restarting = false;
   clearLog();
   setConnection("Starting a new conversation…", "reconnecting");
   try {
@@ -545,7 +554,8 @@ input.addEventListener("keydown", (event) => {
 });
 
 document.addEventListener("keydown", (event) => {
-  if (event.key === "Escape" && current) {
+  // Escape in the confirmation closes it, and must not stop the answer too.
+  if (event.key === "Escape" && current && !confirmRestart.open) {
     event.preventDefault();
     stop();
   }
@@ -563,6 +573,20 @@ document.getElementById("close")?.addEventListener("click", () => {
 });
 
 earlier.addEventListener("click", askEarlier);
+
+// Starting over cannot be undone: it asks first.
+restartButton.addEventListener("click", () => confirmRestart.showModal());
+confirmRestart.addEventListener("click", (event) => {
+  const choice = event.target.closest("button")?.value;
+  if (!choice) return;
+  confirmRestart.close();
+  if (choice !== "restart") return;
+  // The server stops any answer, revokes our key and closes with 4401:
+  // renew() then clears the log and comes back as a new visitor.
+  restarting = true;
+  sendSoon({ type: "forget" });
+  input.focus();
+});
 
 // The chat page carries the latest page of its history; the widget asks.
 const inline = document.getElementById("history");

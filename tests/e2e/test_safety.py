@@ -1,15 +1,17 @@
 """Who a conversation belongs to, in Chromium: a link cannot slip a visitor
-into someone else's conversation, and a widget token that is refused is
-replaced, never reused."""
+into someone else's conversation, starting over leaves the old one behind
+for good, and a widget token that is refused is replaced, never reused."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import App, chat
+from tests.e2e.test_chat_page import last_answer
 from tests.e2e.test_widget import (  # noqa: F401 (customer_sites: a fixture)
     _HostPage,
     customer_sites,
@@ -19,6 +21,15 @@ from tests.e2e.test_widget import (  # noqa: F401 (customer_sites: a fixture)
 )
 
 WIDGET_IDLE_SECONDS = 3
+
+
+def start_over(chat_root) -> None:
+    chat_root.get_by_role("button", name="New conversation").click()
+    chat_root.get_by_role("button", name="Start over").click()
+    expect(chat_root.locator(".message")).to_have_count(0)
+    expect(chat_root.locator("#empty")).to_be_visible()
+    expect(chat_root.locator("#connection")).to_have_text("Started a new conversation.")
+    expect(chat_root.locator("#send")).to_be_enabled()
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +76,38 @@ def test_a_top_level_embed_link_cannot_fix_the_conversation(widget_app, host_pag
     expect(widget.locator(".message--user .message__text")).to_have_text(["the attacker's question"])
 
 
+def test_new_conversation_in_the_widget_replaces_the_hosts_token(widget_app, host_page):
+    widget = open_widget(host_page)
+    chat(widget, "an old question")
+    first = stored_token(host_page)
+    old, old_visitor = widget_app.conversation_of("an old question")
+    assert old_visitor
+
+    start_over(widget)  # the frame's own token was the page's: a fresh one is fetched
+    second = stored_token(host_page)
+    assert second and second != first
+    chat(widget, "a new question")
+    new, _ = widget_app.conversation_of("a new question")
+    assert new != old
+    # The old conversation is kept (support, billing) but belongs to nobody.
+    assert widget_app.questions(old) == ["an old question"]
+    assert widget_app.conversation_of("an old question")[1] == ""
+
+    # The host page hands the new token to the next frame.
+    host_page.reload()
+    widget = open_widget(host_page)
+    expect(widget.locator(".message--user .message__text")).to_have_text(["a new question"])
+    assert stored_token(host_page) == second
+
+    start_over(widget)  # now the frame came with a token: its page's spare one is used
+    third = stored_token(host_page)
+    assert third not in (first, second)
+    chat(widget, "a third start")
+    host_page.reload()
+    widget = open_widget(host_page)
+    expect(widget.locator(".message--user .message__text")).to_have_text(["a third start"])
+
+
 def test_an_expired_widget_token_is_replaced_and_the_chat_works(tmp_path, customer_sites, page):  # noqa: F811
     # A token unused for this long, with no conversation moving, is refused.
     idle_days = f"{WIDGET_IDLE_SECONDS / 86400:.10f}"  # django-environ does not read 3e-05
@@ -83,3 +126,39 @@ def test_an_expired_widget_token_is_replaced_and_the_chat_works(tmp_path, custom
         chat(widget, "after a long pause")
         before, _ = app.conversation_of("before a long pause")
         assert app.conversation_of("after a long pause")[0] != before
+
+
+def test_new_conversation_on_the_chat_page(offline_app, context, page):
+    page.goto(offline_app.url)
+    chat(page, "first question")
+    chat(page, "second question")
+    cookie = {c["name"]: c["value"] for c in context.cookies()}["sessionid"]
+    old, visitor = offline_app.conversation_of("first question")
+
+    # A confirmation first: keeping the conversation changes nothing.
+    page.get_by_role("button", name="New conversation").click()
+    dialog = page.get_by_role("dialog", name="Start a new conversation?")
+    expect(dialog).to_be_visible()
+    expect(dialog.get_by_role("button", name="Keep this one")).to_be_focused()
+    results = Axe().run(page)
+    assert results.violations_count == 0, results.generate_report()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    page.get_by_role("button", name="New conversation").click()
+    dialog.get_by_role("button", name="Keep this one").click()
+    expect(page.locator(".message--user")).to_have_count(2)
+
+    start_over(page)
+    assert {c["name"]: c["value"] for c in context.cookies()}["sessionid"] != cookie
+    expect(page.get_by_role("button", name="New conversation")).to_be_disabled()  # nothing to forget yet
+    page.reload()
+    expect(page.locator("#send")).to_be_enabled()
+    expect(page.locator(".message")).to_have_count(0)
+    # Kept for support and billing, but nobody's: the old key reaches nothing.
+    assert offline_app.questions(old) == ["first question", "second question"]
+    assert offline_app.conversation_of("first question")[1] == ""
+    assert offline_app.rows("select count(*) from chat_revokedkey where visitor_hash = ?", visitor) == [(1,)]
+
+    chat(page, "a fresh start")
+    assert offline_app.conversation_of("a fresh start")[0] != old
+    expect(last_answer(page)).to_have_attribute("data-status", "completed")
