@@ -7,7 +7,7 @@ from django.db.migrations.executor import MigrationExecutor
 from chat.visitors import hash_key
 
 BEFORE = [("chat", "0002_conversation_updated_at_index")]
-AFTER = [("chat", "0003_visitor_hash_and_retention")]
+AFTER = [("chat", "0005_remove_conversation_session_key")]
 
 
 @pytest.mark.django_db(transaction=True)
