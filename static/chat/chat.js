@@ -34,7 +34,7 @@ const TOO_MANY = "Too many chat windows are open. Close one, or come back to thi
 const REFUSED = 4401; // this visitor's key is no good (expired, revoked, or they started over)
 const IDLE = 4408; // closed for idleness: come back when the visitor does
 const CROWDED = 4429; // too many sockets for this visitor or network
-const FLOOD = 1008;
+const FLOOD = 4008; // too many frames (daphne cannot send 1008, "policy violation", which means the same)
 
 let socket = null;
 let ready = false; // the socket is open and has answered its first history: frames can go
@@ -469,7 +469,7 @@ function closed(code) {
     current.item.removeAttribute("aria-busy");
     current = null;
   }
-  if (code === FLOOD) {
+  if (code === FLOOD || code === 1008) {
     setConnection("Disconnected: too many messages at once. Reload the page to continue.", "closed");
   } else if (code === REFUSED) {
     renew();

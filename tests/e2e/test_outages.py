@@ -83,3 +83,22 @@ def test_too_many_chat_windows_are_refused_until_one_closes(tmp_path, context, p
         second.locator("#text").focus()  # the visitor comes back to it: it tries again
         expect(second.locator("#connection")).to_have_text("", timeout=SLOW)
         chat(second, "one window now")
+
+
+def test_a_flood_closes_the_chat_until_a_reload(tmp_path, page):
+    sockets = []
+    page.on("websocket", lambda socket: sockets.append(socket))
+    # Two frames, then no more: the history asked on connect, and one message.
+    env = {"KOOKEE_FRAME_BURST": "2", "KOOKEE_FRAMES_PER_SECOND": "0.01", **OFFLINE}
+    with daphne(tmp_path, **env) as (address, _, _):
+        page.goto(f"http://{address}")
+        chat(page, "one")
+        page.fill("#text", "two")
+        page.press("#text", "Enter")
+        expect(page.locator("#connection")).to_have_text(
+            "Disconnected: too many messages at once. Reload the page to continue."
+        )
+        expect(page.locator("#send")).to_be_disabled()
+        page.locator("#log").focus()  # the visitor's moves do not reconnect it
+        page.wait_for_timeout(1000)
+        assert len(sockets) == 1
