@@ -87,12 +87,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif frame["type"] == "stop":
             await self._cancel_turn()
         elif frame["type"] == "history":
-            if self.conversation_id is None:  # another tab of theirs may have written first
-                self.conversation_id = await database_sync_to_async(services.conversation_of)(self.visitor.hash)
-            before = frame.get("before")
-            page = await database_sync_to_async(services.history_of)(self.conversation_id, before)
-            # "before" is echoed, so the page can tell an older page from a fresh look.
-            await self.send_json({"type": "history", **page, **({"before": before} if before else {})})
+            await self._send_history(frame.get("before"))
         elif frame["type"] == "forget":
             await self._cancel_turn()
             await database_sync_to_async(services.forget_visitor)(self.visitor.hash)
@@ -101,6 +96,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._error("busy", "A turn is already running; stop it or wait for it to end.")
         else:
             await self._start_turn(frame["text"])
+
+    async def _send_history(self, before: int | None) -> None:
+        try:
+            self.conversation_id, page = await database_sync_to_async(services.visitors_history)(
+                self.visitor.hash, self.conversation_id, before
+            )
+        except services.Refused:
+            await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
+            return
+        # "before" is echoed, so the page can tell an older page from a fresh look.
+        await self.send_json({"type": "history", **page, **({"before": before} if before else {})})
 
     async def _start_turn(self, text: str) -> None:
         try:

@@ -95,6 +95,18 @@ def start_new_conversation(conversation_id: int) -> int:
     return Conversation.objects.create(visitor_hash=visitor).id
 
 
+def visitors_history(visitor: str, conversation_id: int | None, before: int | None) -> tuple[int | None, dict]:
+    """A page of the visitor's conversation (see history_of), and its id:
+    found now if another tab of theirs has written first since this one
+    connected. Raises Refused when the conversation is no longer theirs
+    (they started over in another tab, or it was erased)."""
+    if conversation_id is None:
+        conversation_id = conversation_of(visitor)
+    elif not Conversation.objects.filter(pk=conversation_id, visitor_hash=visitor).exists():
+        raise Refused
+    return conversation_id, history_of(conversation_id, before)
+
+
 def history_of(conversation_id: int | None, before: int | None = None) -> dict[str, Any]:
     """A page of the conversation as the chat page shows it: the latest
     KOOKEE_HISTORY_PAGE_TURNS turns (before the turn `before`, when given),

@@ -482,6 +482,8 @@ async def test_forget_stops_the_turn_revokes_the_key_and_keeps_the_records(use_p
     await other_tab.send({"type": "message", "text": "still me?"})
     assert await other_tab.refusal() == CLOSE_REFUSED
     await other_tab.close()
+    reading_tab = await ChatClient.connect(session_key=key)  # refused outright, as above
+    assert await reading_tab.refusal() == CLOSE_REFUSED
     # Support and finance keep the records; they belong to nobody now.
     conversation = await database_sync_to_async(Conversation.objects.get)()
     assert conversation.visitor_hash == ""
@@ -521,6 +523,24 @@ async def test_a_bad_history_page_is_a_clear_error(chat, before):
     error = await chat.receive()
     assert (error["type"], error["code"]) == ("error", "bad_frame")
     assert "before" in error["message"]
+
+
+async def test_an_open_tab_cannot_read_a_conversation_started_over_elsewhere(use_provider):
+    from tests.chat.chat_client import new_session_key
+
+    key = await new_session_key()
+    reader, leaver = await ChatClient.connect(session_key=key), await ChatClient.connect(session_key=key)
+    use_provider.queue(answer("Private."))
+    await reader.finish(await reader.ask("something private"))
+    await leaver.send({"type": "forget"})
+    assert await leaver.refusal() == CLOSE_REFUSED
+
+    await reader.send({"type": "history"})
+
+    assert await reader.refusal() == CLOSE_REFUSED
+    assert not [f for f in reader.frames if f["type"] == "history"]
+    await reader.close()
+    await leaver.close()
 
 
 async def test_a_history_page_never_reaches_another_conversation(chat, use_provider):
