@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test format bench load clean chromium screenshots
+.PHONY: run superuser test format bench load clean chromium screenshots
 
 $(VENV)/installed: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,6 +21,11 @@ run: $(VENV)/installed
 	$(PY) manage.py close_stale_turns
 	$(PY) manage.py purge_expired
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
+
+superuser: export DJANGO_DEBUG ?= true
+superuser: $(VENV)/installed
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py createsuperuser
 
 test: $(VENV)/installed chromium
 	$(VENV)/bin/ruff check .
