@@ -5,8 +5,12 @@ and the visitor's key with it; the numbers and the ledger stay."""
 
 import io
 import logging
+import os
+import subprocess
+import sys
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.contrib import admin
@@ -14,7 +18,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Group, Permission
 from django.contrib.messages import get_messages
 from django.core.exceptions import PermissionDenied
-from django.core.management import CommandError, ManagementUtility, call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -24,6 +28,8 @@ from chat.admin import ERASED_MESSAGE
 from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
 from chat.visitors import hash_key
+
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 pytestmark = pytest.mark.django_db
 
@@ -288,11 +294,20 @@ def test_the_command_refuses_while_a_turn_streams():
     assert Turn.objects.filter(conversation=streaming, erased_at__isnull=False).count() == 0
 
 
-def test_the_command_exits_non_zero_from_the_shell(conversation, capsys):
-    # As manage.py runs it: a CommandError becomes a message and an exit code.
-    with pytest.raises(SystemExit) as exited:
-        ManagementUtility(["manage.py", "erase_conversation", "not-a-uuid"]).execute()
+def test_the_command_exits_non_zero_from_the_shell(conversation):
+    # As an operator runs it: a CommandError becomes a message and an exit
+    # code. (In its own process: manage.py closes the database connections
+    # it used, this test's among them.) A malformed id is refused before
+    # any database is read.
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "erase_conversation", "not-a-uuid"],
+        env={**os.environ, "DATABASE_URL": "sqlite:///:memory:"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
-    assert exited.value.code != 0
-    assert "Not a conversation id" in capsys.readouterr().err
+    assert result.returncode != 0
+    assert "Not a conversation id" in result.stderr
     assert_untouched(conversation)
