@@ -29,7 +29,7 @@ CANCEL_WAIT_SECONDS = 10
 # Close codes the page acts on (sent after accept: a refused handshake looks
 # like any network failure to a browser, code 1006, and the page must tell
 # "try again" from "your key is no good").
-CLOSE_REFUSED = 4401  # no live session, or a widget token expired or revoked: start afresh
+CLOSE_REFUSED = 4401  # a widget token that is no good, or a revoked session: start afresh
 CLOSE_IDLE = 4408  # nothing happened for a while: reconnect on the visitor's next move
 CLOSE_TOO_MANY = 4429  # too many sockets for this visitor or network
 # Too many frames. (Not 1008, "policy violation": daphne's WebSocket library
@@ -55,11 +55,22 @@ class ChatConsumer(AsyncWebsocketConsumer):
             self._forget_socket()
 
     async def connect(self) -> None:
-        await self.accept()
-        identity = await database_sync_to_async(_identify)(self.scope)
-        if identity is None:
-            await self.close(code=CLOSE_REFUSED, reason="Unknown or expired visitor.")
+        try:
+            identity = await database_sync_to_async(_identify)(self.scope)
+        except services.Refused:
+            # A key we know and no longer accept: said after accepting, where
+            # the page can read it (a refused handshake looks like any network
+            # failure to a browser, and the widget must not drop its token
+            # for a network failure).
+            await self.accept()
+            await self.close(code=CLOSE_REFUSED, reason="Start afresh.")
             return
+        if identity is None:
+            # No session cookie from GET /: the handshake is refused (HTTP
+            # 403), as for a foreign origin.
+            await self.close()
+            return
+        await self.accept()
         visitor, self.conversation_id = identity
         if not limits.sockets.open(visitor):
             await self.close(code=CLOSE_TOO_MANY, reason="Too many open chats.")
@@ -180,10 +191,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
 def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None] | None:
     """The visitor and their conversation (None before their first message):
     by the widget's token when one is presented (the embed page), else by the
-    session cookie (the chat page). None: refused."""
+    session cookie (the chat page). None: no live session. Raises Refused
+    for a token that is no good (forged, idle, revoked) or a revoked session."""
     tokens = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
     if tokens:
         visitor = services.visitor_for_token(tokens[0])
+        if visitor is None:
+            raise services.Refused
     else:
         visitor = services.visitor_for_session(scope["session"])
     if visitor is None:

@@ -45,8 +45,9 @@ class Refused(Exception):
 
 
 def visitor_for_session(session: SessionBase) -> str | None:
-    """The hash of a live session's key, or None (no session, expired, or
-    revoked: the visitor started over)."""
+    """The hash of a live session's key; None when there is no live session
+    (none, or expired). Raises Refused for a live session whose key was
+    revoked: its visitor started over, or their conversation was erased."""
     key = session.session_key
     if not key:
         return None
@@ -54,7 +55,9 @@ def visitor_for_session(session: SessionBase) -> str | None:
     if session.session_key != key:
         return None
     visitor = hash_key(key)
-    return None if RevokedKey.objects.filter(visitor_hash=visitor).exists() else visitor
+    if RevokedKey.objects.filter(visitor_hash=visitor).exists():
+        raise Refused
+    return visitor
 
 
 def visitor_for_token(token: str) -> str | None:

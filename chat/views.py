@@ -31,14 +31,15 @@ def _private(response):
 def index(request):
     """The chat page. Establishes the visitor's session, which the WebSocket
     handshake then needs; stores nothing else until they write."""
-    visitor = services.visitor_for_session(request.session)
+    try:
+        visitor = services.visitor_for_session(request.session)
+    except services.Refused:
+        # They started over: a new key, keeping the rest (a staff login).
+        request.session.cycle_key()
+        visitor = services.visitor_for_session(request.session)
     if visitor is None:
-        if request.session.session_key:
-            # They started over: a new key, keeping the rest (a staff login).
-            request.session.cycle_key()
-        else:
-            # A new visitor, or a cookie for a session that expired or is gone.
-            request.session.create()
+        # A new visitor, or a cookie for a session that expired or is gone.
+        request.session.create()
         visitor = services.visitor_for_session(request.session)
     history = services.history_of(services.conversation_of(visitor))
     return _private(_with_policy(request, render(request, "chat/index.html", {"history": history})))

@@ -109,16 +109,10 @@ async def test_offline_model_over_daphne(offline_server):
 
 
 async def test_handshake_is_refused_without_session_or_from_another_origin(offline_server):
-    # Imported here: bench/ imports this module's helpers without Django set up.
-    from chat.consumers import CLOSE_REFUSED
-
     address, _ = offline_server
-    # No session: refused with a code the page can read (a browser sees a
-    # refused handshake only as 1006, like any network failure).
-    async with _connect(address, cookie=None) as socket:
-        with pytest.raises(websockets.ConnectionClosedError) as closed:
-            await socket.recv()
-    assert closed.value.rcvd.code == CLOSE_REFUSED
+    with pytest.raises(websockets.InvalidStatus):
+        async with _connect(address, cookie=None):
+            pass
     cookie = _session_cookie(address)
     with pytest.raises(websockets.InvalidStatus):
         async with _connect(address, cookie, origin="https://evil.example"):
@@ -138,6 +132,20 @@ async def test_a_frame_flood_is_closed_with_a_code_daphne_can_send(offline_serve
                 await socket.recv()
     # Daphne refuses to send 1008 from an application: that was a 1011 crash.
     assert closed.value.rcvd.code == CLOSE_FLOOD
+
+
+async def test_a_bad_widget_token_is_refused_with_a_code_the_page_can_read(offline_server):
+    # Imported here: bench/ imports this module's helpers without Django set up.
+    from chat.consumers import CLOSE_REFUSED
+
+    address, _ = offline_server
+    # A browser sees a refused handshake only as 1006, like a network
+    # failure; the widget must tell "this token is no good" from "try again".
+    socket = websockets.connect(f"ws://{address}/ws/chat/?token=forged", origin=f"http://{address}")
+    async with socket as connection:
+        with pytest.raises(websockets.ConnectionClosedError) as closed:
+            await connection.recv()
+    assert closed.value.rcvd.code == CLOSE_REFUSED
 
 
 async def test_stop_closes_the_provider_request(tmp_path):

@@ -416,11 +416,15 @@ function connect() {
   dormant = false;
   lastAttempt = Date.now();
   const ws = new WebSocket(socketUrl());
+  let opened = false;
   socket = ws;
   // The server accepts every handshake it does not refuse outright, then
   // closes a visitor it will not serve: the socket is ready only once the
   // history answers (see becomeReady).
-  ws.addEventListener("open", () => ws.send(JSON.stringify({ type: "history" })));
+  ws.addEventListener("open", () => {
+    opened = true;
+    ws.send(JSON.stringify({ type: "history" }));
+  });
   ws.addEventListener("message", (event) => {
     let frame;
     try {
@@ -431,8 +435,19 @@ function connect() {
     if (socket === ws) handlers[frame.type]?.(frame);
   });
   ws.addEventListener("close", (event) => {
-    if (socket === ws) closed(event.code);
+    if (socket !== ws) return;
+    // The chat page's handshake is refused outright when its session has
+    // expired; a browser cannot tell that from a network failure, so ask the
+    // page for a session (GET / keeps a live one, makes one otherwise)
+    // before trying again. The widget never does this: its token is only
+    // replaced on the server's explicit 4401.
+    if (!opened && !embedded) refreshSession();
+    closed(event.code);
   });
+}
+
+function refreshSession() {
+  fetch("/", { method: "HEAD", cache: "no-store", credentials: "same-origin" }).catch(() => {});
 }
 
 function becomeReady() {

@@ -354,8 +354,9 @@ async def test_binary_frames_get_an_error(chat):
 
 
 async def test_refused_without_a_session(db):
+    # The contract: the handshake itself is refused (HTTP 403).
     client = await ChatClient.connect(session_key="no-such-session")
-    assert await client.refusal() == CLOSE_REFUSED
+    assert not client.connected
 
 
 async def test_refused_from_a_foreign_origin(db):
@@ -392,7 +393,7 @@ async def test_refused_with_an_expired_session(db):
     key = await new_session_key()
     await database_sync_to_async(Session.objects.filter(pk=key).update)(expire_date=timezone.now() - timedelta(1))
     client = await ChatClient.connect(session_key=key)
-    assert await client.refusal() == CLOSE_REFUSED
+    assert not client.connected
 
 
 async def test_a_turn_that_cannot_start_is_an_error_and_the_socket_goes_on(chat, use_provider, monkeypatch):

@@ -4,6 +4,7 @@ for good, and a widget token that is refused is replaced, never reused."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 
 import pytest
@@ -162,3 +163,21 @@ def test_new_conversation_on_the_chat_page(offline_app, context, page):
     chat(page, "a fresh start")
     assert offline_app.conversation_of("a fresh start")[0] != old
     expect(last_answer(page)).to_have_attribute("data-status", "completed")
+
+
+def test_an_expired_session_on_the_chat_page_is_renewed_and_the_chat_goes_on(offline_app, context, page):
+    page.goto(offline_app.url)
+    chat(page, "before it expired")
+    cookie = {c["name"]: c["value"] for c in context.cookies()}["sessionid"]
+    with sqlite3.connect(offline_app.database) as db:
+        db.execute("delete from django_session")
+
+    # The next connection's handshake is refused (HTTP 403, as for any
+    # visitor without a session); the page asks GET / for a session, then
+    # connects with it.
+    context.set_offline(True)
+    expect(page.locator("#connection")).not_to_have_text("")
+    context.set_offline(False)
+
+    chat(page, "after it expired")
+    assert {c["name"]: c["value"] for c in context.cookies()}["sessionid"] != cookie
