@@ -26,6 +26,8 @@ from chat.sources import search_results, used_articles
 from chat.visitors import Visitor, hash_key
 
 logger = logging.getLogger("kookee.generations")
+# Starting over and erasure: ids only, never a key, a hash or any text.
+privacy_log = logging.getLogger("kookee.privacy")
 
 SYSTEM_PROMPT = """You are Kookee's help-center assistant. Kookee is a product for collecting \
 customer feedback: feedback boards, a public roadmap, a changelog and an embeddable widget.
@@ -40,8 +42,9 @@ The help center has these articles:
 
 
 class Refused(Exception):
-    """The visitor's key is no longer good (expired, revoked, or its
-    conversation was taken away from it): the socket is closed with 4401."""
+    """The visitor's key is known and no longer good (a widget token that is
+    forged, idle or revoked; a revoked session; a conversation taken away
+    from it): the socket is closed with 4401, and the page starts afresh."""
 
 
 def visitor_for_session(session: SessionBase) -> str | None:
@@ -87,9 +90,9 @@ def conversation_of(visitor: str) -> int | None:
 def forget_visitor(visitor: str) -> None:
     """The visitor starts over: their key can no longer reach anything, and
     their conversations, kept for support and billing, belong to nobody."""
-    Conversation.objects.filter(visitor_hash=visitor).update(visitor_hash="")
+    detached = Conversation.objects.filter(visitor_hash=visitor).update(visitor_hash="")
     RevokedKey.objects.get_or_create(visitor_hash=visitor)
-    logger.info("visitor %s started over: key revoked", visitor[:8])
+    privacy_log.info("a visitor started over: key revoked, %s conversation(s) detached", detached)
 
 
 def start_new_conversation(conversation_id: int) -> int:
@@ -392,7 +395,7 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
         erased_at=Coalesce("erased_at", Value(now)),
     )
     for conversation in conversations:
-        logger.info("erased conversation %s at the visitor's request, by %s", conversation.public_id, by)
+        privacy_log.info("erased conversation %s at the visitor's request, by %s", conversation.public_id, by)
     return conversations
 
 

@@ -248,13 +248,13 @@ def test_the_permission_alone_grants_the_action(client, support, conversation):
 def test_the_command_erases_by_public_id(conversation, caplog):
     other = make_conversation(hash_key("another-visitor"))
     before = ledger(conversation)
-    caplog.set_level(logging.INFO, logger="kookee.generations")
-    logging.getLogger("kookee.generations").addHandler(caplog.handler)  # "kookee" does not propagate
+    caplog.set_level(logging.INFO, logger="kookee.privacy")
+    logging.getLogger("kookee.privacy").addHandler(caplog.handler)  # "kookee" does not propagate
 
     try:
         call_command("erase_conversation", str(conversation.public_id), stdout=(out := io.StringIO()))
     finally:
-        logging.getLogger("kookee.generations").removeHandler(caplog.handler)
+        logging.getLogger("kookee.privacy").removeHandler(caplog.handler)
 
     assert_erased(conversation)
     assert ledger(conversation) == before
