@@ -7,7 +7,6 @@ otherwise a `stop` frame would wait for the answer it is meant to stop.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 from urllib.parse import parse_qs
@@ -16,7 +15,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from chat import lifecycle, limits, provider, services, visitors
+from chat import fastjson, lifecycle, limits, provider, services, visitors
 from chat.limits import FrameBudget, LimitReached
 from chat.rounds import storable
 from chat.turns import run_turn
@@ -182,7 +181,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         return self.turn_task is not None and not self.turn_task.done()
 
     async def send_json(self, frame: dict[str, Any]) -> None:
-        await self.send(text_data=json.dumps(frame))
+        await self.send(text_data=fastjson.dumps(frame))
 
     async def _error(self, code: str, message: str) -> None:
         await self.send_json({"type": "error", "code": code, "message": message})
@@ -216,7 +215,7 @@ def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, A
     if text_data is None:
         return {}, ("bad_frame", "Frames must be JSON text, not binary.")
     try:
-        frame = json.loads(text_data)
+        frame = fastjson.loads(text_data)
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return {}, ("bad_json", "The frame is not valid JSON.")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):

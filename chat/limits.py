@@ -12,7 +12,7 @@ from collections import Counter
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import F, Sum
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from billing.models import LedgerEntry
@@ -74,37 +74,91 @@ class SocketCount:
 sockets = SocketCount()
 
 
+class DayTotals:
+    """Tokens billed today, for the whole site and per network, cached for
+    KOOKEE_BUDGET_CACHE_SECONDS: summing the day's ledger on every turn
+    costs time that grows with the day's traffic. What this process bills is
+    added as it is billed, so one process alone is exact; what other
+    processes bill shows within the cache time."""
+
+    MAX_KEYS = 10_000  # an abuser's rotating networks must not pile up
+
+    def __init__(self) -> None:
+        self._day = None
+        self._totals: dict[str, tuple[int, float]] = {}
+
+    def get(self, key: str, entries) -> int:
+        self._roll_over()
+        now = time.monotonic()
+        cached = self._totals.get(key)
+        if cached is not None and now - cached[1] < settings.KOOKEE_BUDGET_CACHE_SECONDS:
+            return cached[0]
+        if len(self._totals) >= self.MAX_KEYS:
+            self._totals.clear()
+        tokens = _tokens(entries)
+        self._totals[key] = (tokens, now)
+        return tokens
+
+    def add(self, keys: list[str], tokens: int) -> None:
+        self._roll_over()
+        for key in keys:
+            if key in self._totals:
+                total, fetched_at = self._totals[key]
+                self._totals[key] = (total + tokens, fetched_at)
+
+    def clear(self) -> None:
+        self._totals.clear()
+
+    def _roll_over(self) -> None:
+        day = _start_of_day()
+        if day != self._day:
+            self._day, self._totals = day, {}
+
+
+day_totals = DayTotals()
+SITE = "site"
+
+
+def network_key(network: str) -> str:
+    return f"network:{network}"
+
+
 def check_turn_allowed(visitor: Visitor, conversation_id: int) -> None:
     """Raises LimitReached when this visitor may not start a turn now.
 
     Rates and budgets are counted per visitor and per network: a new cookie
-    or widget token starts a new visitor, but not a new network.
+    or widget token starts a new visitor, but not a new network. Two small
+    queries; the network's and the site's day come from `day_totals`.
     """
     minute_ago = timezone.now() - timedelta(minutes=1)
-    recent = Turn.objects.filter(started_at__gte=minute_ago)
-    if recent.filter(conversation__visitor_hash=visitor.hash).count() >= settings.KOOKEE_TURNS_PER_MINUTE:
+    recent = Turn.objects.filter(started_at__gte=minute_ago).aggregate(
+        visitor=Count("id", filter=Q(conversation__visitor_hash=visitor.hash)),
+        network=Count("id", filter=Q(client_network=visitor.network)),
+    )
+    if recent["visitor"] >= settings.KOOKEE_TURNS_PER_MINUTE:
         raise LimitReached("rate_limited", "You're sending messages quickly. Please wait a minute and try again.")
-    if (
-        visitor.network
-        and recent.filter(client_network=visitor.network).count() >= settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS
-    ):
+    if visitor.network and recent["network"] >= settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS:
         raise LimitReached("rate_limited", "Many messages are coming from your network. Please try again shortly.")
-    if _tokens(LedgerEntry.objects.filter(turn__conversation_id=conversation_id)) >= (
-        settings.KOOKEE_TOKENS_PER_CONVERSATION
-    ):
+    tokens = F("input_tokens") + F("output_tokens")
+    spent = LedgerEntry.objects.filter(turn__conversation__visitor_hash=visitor.hash).aggregate(
+        conversation=Sum(tokens, filter=Q(turn__conversation_id=conversation_id)),
+        today=Sum(tokens, filter=Q(created_at__gte=_start_of_day())),
+    )
+    if (spent["conversation"] or 0) >= settings.KOOKEE_TOKENS_PER_CONVERSATION:
         raise LimitReached(
             "conversation_full",
             "This conversation has reached its length limit. Please send your message again: it starts a new one.",
         )
-    today = LedgerEntry.objects.filter(created_at__gte=_start_of_day())
-    if _tokens(today.filter(turn__conversation__visitor_hash=visitor.hash)) >= (
-        settings.KOOKEE_TOKENS_PER_VISITOR_PER_DAY
-    ):
+    if (spent["today"] or 0) >= settings.KOOKEE_TOKENS_PER_VISITOR_PER_DAY:
         raise LimitReached("visitor_budget_exhausted", TOMORROW)
+    today = LedgerEntry.objects.filter(created_at__gte=_start_of_day())
     network_budget = settings.KOOKEE_NETWORK_SHARE_OF_DAY * settings.KOOKEE_TOKENS_PER_DAY
-    if visitor.network and _tokens(today.filter(turn__client_network=visitor.network)) >= network_budget:
+    if visitor.network and (
+        day_totals.get(network_key(visitor.network), today.filter(turn__client_network=visitor.network))
+        >= network_budget
+    ):
         raise LimitReached("network_budget_exhausted", TOMORROW)
-    if _tokens(today) >= settings.KOOKEE_TOKENS_PER_DAY:
+    if day_totals.get(SITE, today) >= settings.KOOKEE_TOKENS_PER_DAY:
         raise LimitReached(
             "budget_exhausted", "The assistant has answered all it can for today. Please come back tomorrow."
         )

@@ -2,6 +2,13 @@
 `openai` client: any OpenAI-compatible Chat Completions endpoint, or the
 built-in offline model when neither a key nor a base URL is configured.
 
+The request goes through the client (its connection pool, headers, status
+errors), but the answer's server-sent events are read here, as plain dicts:
+the client's typed request check and per-chunk pydantic models cost several
+milliseconds a round and most of the CPU spent per token, and the round loop
+reads dicts anyway. Every chunk that arrived in one network read is handed
+on as one batch, so a visitor gets one frame for text that came together.
+
 Provider faults become `StreamError`s with a stable code. A request refused
 before its stream starts (429, 5xx, connection failure) is retried with
 backoff: nothing of it reached the visitor, so nothing can be repeated. Once
@@ -11,15 +18,16 @@ a stream has started it is never retried.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import weakref
+from collections.abc import Mapping
 from typing import Any
 
 import httpx2
 import openai
 from django.conf import settings
 
+from chat import fastjson
 from chat.offline import OfflineTransport
 from chat.rounds import StreamError
 
@@ -47,23 +55,24 @@ async def open_stream(
     *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: str
 ) -> Stream:
     """Starts one streamed model call. The caller must close the stream."""
-    extra: dict[str, Any] = {}
+    body: dict[str, Any] = {
+        "model": model_name(),
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     if tools:
-        extra = {"tools": tools, "tool_choice": tool_choice}
-    extra[_limit_parameter()] = settings.KOOKEE_MAX_OUTPUT_TOKENS
+        body |= {"tools": tools, "tool_choice": tool_choice}
+    body[_limit_parameter()] = settings.KOOKEE_MAX_OUTPUT_TOKENS
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT
     for attempt in range(settings.KOOKEE_PROVIDER_RETRIES + 1):
         try:
             async with asyncio.timeout_at(deadline):
-                stream = await _client().chat.completions.create(
-                    model=model_name(),
-                    messages=messages,
-                    stream=True,
-                    stream_options={"include_usage": True},
-                    **extra,
-                )
-            return Stream(stream, deadline)
+                # The client's documented way to a raw, unread response; a
+                # status >= 400 still raises its APIStatusError.
+                response = await _client().post("/chat/completions", cast_to=httpx2.Response, body=body, stream=True)
+            return Stream(response, deadline)
         except TimeoutError:
             raise StreamError("provider_timeout", "no answer before the first-token timeout") from None
         except openai.APIError as exc:
@@ -87,51 +96,120 @@ def _limit_parameter() -> str:
 
 
 class Stream:
-    """An openai stream that reads with the first-token and stall timeouts
-    and turns provider faults into StreamErrors. `async with` closes it."""
+    """A streamed answer, read with the first-token and stall timeouts. Each
+    step yields the chunks (decoded JSON) that arrived together, at least
+    one; provider faults become StreamErrors. `async with` closes it."""
 
-    def __init__(self, stream: openai.AsyncStream, first_chunk_deadline: float) -> None:
-        self._stream = stream
+    def __init__(self, response: httpx2.Response, first_chunk_deadline: float) -> None:
+        self._response = response
+        self._bytes = response.aiter_bytes()
+        self._events = EventParser()
         self._deadline: float | None = first_chunk_deadline
+        self._done = False
 
     async def __aenter__(self) -> Stream:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        await self._stream.close()
+        await self._response.aclose()
 
     def __aiter__(self) -> Stream:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> list[Any]:
+        while not self._done:
+            chunks = self._decode(await self._read())
+            if chunks:
+                if self._deadline is not None and any(_says_something(c) for c in chunks):
+                    self._deadline = None  # from here on, the stall timeout applies
+                return chunks
+        raise StopAsyncIteration
+
+    async def _read(self) -> bytes:
         first = self._deadline is not None
         deadline = self._deadline or asyncio.get_running_loop().time() + settings.KOOKEE_PROVIDER_STALL_TIMEOUT
         try:
             async with asyncio.timeout_at(deadline):
-                chunk = await self._stream.__anext__()
+                return await anext(self._bytes)
+        except StopAsyncIteration:
+            self._done = True
+            return b""
         except TimeoutError:
             if first:
                 raise StreamError("provider_timeout", "no answer before the first-token timeout") from None
             raise StreamError("provider_stalled", "the stream stalled between two chunks") from None
-        except json.JSONDecodeError as exc:
-            raise StreamError("bad_stream", f"a chunk is not JSON: {exc}") from None
-        except openai.APIError as exc:
+        except (httpx2.HTTPError, openai.APIError) as exc:
             raise StreamError("provider_error", _describe(exc)) from None
-        except httpx2.HTTPError as exc:
-            raise StreamError("provider_error", _describe(exc)) from None
-        if _says_something(chunk):
-            self._deadline = None  # from here on, the stall timeout applies
-        return chunk
+
+    def _decode(self, data: bytes) -> list[Any]:
+        chunks = []
+        try:
+            events = self._events.feed(data)
+        except UnicodeDecodeError as exc:
+            raise StreamError("bad_stream", f"the stream is not UTF-8: {exc}") from None
+        for data in events:
+            if data.startswith("[DONE]"):
+                # Anything after it is ignored; the response is closed on exit.
+                self._done = True
+                break
+            try:
+                chunk = fastjson.loads(data)
+            except (ValueError, RecursionError) as exc:
+                raise StreamError("bad_stream", f"a chunk is not JSON: {exc}") from None
+            if isinstance(chunk, Mapping) and chunk.get("error"):
+                # An error object in the stream, as OpenAI sends mid-stream.
+                error = chunk["error"]
+                message = error.get("message") if isinstance(error, Mapping) else None
+                raise StreamError("provider_error", str(message or "an error occurred during streaming")[:200])
+            chunks.append(chunk)
+        return chunks
+
+
+class EventParser:
+    """Server-sent events, incrementally: feed bytes, get the data of each
+    complete event. Lines end in LF, CR or CRLF; comments and other fields
+    are skipped; an event cut off by the end of the stream is dropped."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self._after_cr = False  # a line ended in CR: a leading LF next is its CRLF's
+        self._started = False
+        self._data: list[str] = []
+
+    def feed(self, data: bytes) -> list[str]:
+        if not self._started and data:
+            self._started = True
+            data = data.removeprefix(b"\xef\xbb\xbf")
+        if self._after_cr and data.startswith(b"\n"):
+            data = data[1:]
+        lines = (self._partial + data).splitlines(keepends=True)
+        complete = bool(lines) and lines[-1].endswith((b"\n", b"\r"))
+        self._partial = b"" if complete or not lines else lines.pop()
+        if lines:
+            self._after_cr = lines[-1].endswith(b"\r")
+        events: list[str] = []
+        for raw in lines:
+            line = raw.rstrip(b"\r\n").decode()
+            if not line:
+                if self._data:
+                    events.append("\n".join(self._data))
+                    self._data = []
+                continue
+            name, _, value = line.partition(":")
+            if name == "data":
+                self._data.append(value[1:] if value.startswith(" ") else value)
+        return events
 
 
 def _says_something(chunk: Any) -> bool:
     """Whether a chunk carries output (an opening role chunk does not)."""
-    for choice in getattr(chunk, "choices", None) or []:
-        delta = getattr(choice, "delta", None)
-        extra = getattr(delta, "model_extra", None) or {}
-        if getattr(delta, "content", None) or getattr(delta, "tool_calls", None):
-            return True
-        if extra.get("reasoning_content") or extra.get("reasoning"):
+    if not isinstance(chunk, Mapping):
+        return False
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") if isinstance(choice, Mapping) else None
+        if isinstance(delta, Mapping) and any(
+            delta.get(name) for name in ("content", "tool_calls", "reasoning_content", "reasoning")
+        ):
             return True
     return False
 

@@ -1,5 +1,6 @@
 """The streaming round loop: one streamed model call per round, no probing.
 
+A stream yields batches: the chunks that arrived together (see provider.py).
 Each round streams text to the visitor as it arrives and assembles any tool
 calls from their fragments; when the round asked for tools, they run, their
 results go back to the model, and the next round continues the same answer.
@@ -133,6 +134,8 @@ class Outcome:
 class Sink(Protocol):
     async def delta(self, text: str) -> None: ...
     async def tool(self, name: str, status: str) -> None: ...
+    # A round whose tools ran ended; another follows. (Not called for the
+    # last round: whoever ends the turn records it from `RoundLoop.rounds`.)
     async def round_ended(self, round: Round) -> None: ...
 
 
@@ -242,8 +245,9 @@ class RoundLoop:
                 # The model ignored tool_choice="none" on the last round.
                 outcome = Outcome(FAILED, "round_limit", "the model still wanted tools")
             if outcome is not None or not calls:
+                # The last round is recorded with the turn's end, in one
+                # transaction (the caller has `rounds`).
                 await self._flush()
-                await self.sink.round_ended(rnd)
                 return outcome or Outcome(COMPLETED)
             messages.append(_assistant_message(rnd))
             for call in calls:
@@ -289,16 +293,18 @@ class RoundLoop:
         # `async with` closes the provider's response on every exit,
         # cancellation included; leaving the loop alone does not.
         async with stream:
-            chunks = aiter(stream)
+            batches = aiter(stream)
             while True:
                 try:
-                    chunk = await anext(chunks)
+                    batch = await anext(batches)
                 except StopAsyncIteration:
                     return None
                 except Exception as exc:
                     # After finish_reason the round is whole; only its tail broke.
                     return None if rnd.finish_reason else _failure(exc)
-                text = self._take_chunk(rnd, chunk, assembler)
+                # The chunks that arrived together go on as one delta: the
+                # visitor sees the same text, sooner, in fewer frames.
+                text = "".join([self._take_chunk(rnd, chunk, assembler) for chunk in batch])
                 if text:
                     await self._forward(rnd, text)
 

@@ -4,6 +4,8 @@ many things in passing).
 
 A help center holds tens to a few hundred articles, so ranking in memory is
 fast and needs no search engine; it works the same on SQLite and PostgreSQL.
+An `Index` does the tokenising once; chat/help_center.py keeps one per
+process and rebuilds it when an article changes.
 """
 
 from __future__ import annotations
@@ -48,51 +50,71 @@ def _stem(word: str) -> str:
     return word
 
 
+class Index:
+    """The documents, tokenised and stemmed once: a query then costs a few
+    dictionary lookups per document instead of re-reading every article."""
+
+    def __init__(self, documents: list[Document]) -> None:
+        self.documents = documents
+        self._bags = [Counter(terms(d.title) + terms(d.body)) for d in documents]
+        self._lengths = [sum(bag.values()) for bag in self._bags]
+        self._average_length = sum(self._lengths) / len(documents) if documents else 0.0
+        self._titles = [frozenset(terms(d.title)) for d in documents]
+        self._containing: Counter[str] = Counter(term for bag in self._bags for term in bag)
+        self._paragraphs: dict[int, list[tuple[str, frozenset[str]]]] = {}
+
+    def rank(self, query: str, limit: int = 3) -> list[Document]:
+        """The documents that best match the query, best first."""
+        wanted = set(terms(query))
+        if not wanted or not self.documents:
+            return []
+        idf = {term: self._idf(term) for term in wanted}
+        scores = []
+        for number, document in enumerate(self.documents):
+            score = self._bm25(idf, self._bags[number], self._lengths[number])
+            score += TITLE_BONUS * sum(idf[t] for t in wanted & self._titles[number])
+            if score > 0:
+                scores.append((score, document))
+        scores.sort(key=lambda pair: (-pair[0], pair[1].id))
+        return [document for _, document in scores[:limit]]
+
+    def snippet(self, query: str, document: Document) -> str:
+        """The paragraph of the document that matches the query best, as plain text."""
+        paragraphs = self._paragraphs.get(document.id)
+        if paragraphs is None:
+            plain = [_plain(p) for p in re.split(r"\n\s*\n", document.body) if p.strip()]
+            paragraphs = self._paragraphs[document.id] = [(p, frozenset(terms(p))) for p in plain if p]
+        if not paragraphs:
+            return ""
+        wanted = set(terms(query))
+        # The first of the paragraphs with the most query terms.
+        best = max(enumerate(paragraphs), key=lambda item: (len(wanted & item[1][1]), -item[0]))[1][0]
+        if len(best) <= SNIPPET_CHARS:
+            return best
+        return best[:SNIPPET_CHARS].rsplit(" ", 1)[0] + "…"
+
+    def _idf(self, term: str) -> float:
+        containing = self._containing.get(term, 0)
+        return math.log(1 + (len(self.documents) - containing + 0.5) / (containing + 0.5))
+
+    def _bm25(self, idf: dict[str, float], bag: Counter, length: int) -> float:
+        score = 0.0
+        for term, weight in idf.items():
+            frequency = bag.get(term, 0)
+            if frequency:
+                norm = frequency + K1 * (1 - B + B * length / self._average_length)
+                score += weight * frequency * (K1 + 1) / norm
+        return score
+
+
 def rank(query: str, documents: list[Document], limit: int = 3) -> list[Document]:
     """The documents that best match the query, best first."""
-    wanted = set(terms(query))
-    if not wanted or not documents:
-        return []
-    bags = [Counter(terms(d.title) + terms(d.body)) for d in documents]
-    average_length = sum(sum(b.values()) for b in bags) / len(bags)
-    idf = {term: _idf(term, bags) for term in wanted}
-    scores = []
-    for document, bag in zip(documents, bags, strict=True):
-        score = _bm25(idf, bag, average_length)
-        score += TITLE_BONUS * sum(idf[t] for t in wanted & set(terms(document.title)))
-        if score > 0:
-            scores.append((score, document))
-    scores.sort(key=lambda pair: (-pair[0], pair[1].id))
-    return [document for _, document in scores[:limit]]
-
-
-def _idf(term: str, bags: list[Counter]) -> float:
-    containing = sum(1 for bag in bags if term in bag)
-    return math.log(1 + (len(bags) - containing + 0.5) / (containing + 0.5))
-
-
-def _bm25(idf: dict[str, float], bag: Counter, average_length: float) -> float:
-    length = sum(bag.values())
-    score = 0.0
-    for term, weight in idf.items():
-        frequency = bag.get(term, 0)
-        if frequency:
-            norm = frequency + K1 * (1 - B + B * length / average_length)
-            score += weight * frequency * (K1 + 1) / norm
-    return score
+    return Index(documents).rank(query, limit)
 
 
 def snippet(query: str, body: str) -> str:
     """The paragraph of the body that matches the query best, as plain text."""
-    wanted = set(terms(query))
-    paragraphs = [_plain(p) for p in re.split(r"\n\s*\n", body) if p.strip()]
-    paragraphs = [p for p in paragraphs if p]
-    if not paragraphs:
-        return ""
-    best = max(paragraphs, key=lambda p: (len(wanted & set(terms(p))), -paragraphs.index(p)))
-    if len(best) <= SNIPPET_CHARS:
-        return best
-    return best[:SNIPPET_CHARS].rsplit(" ", 1)[0] + "…"
+    return Index([]).snippet(query, Document(0, "", "", body))
 
 
 def _plain(markdown: str) -> str:

@@ -12,15 +12,15 @@ from typing import Any
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.db import transaction
-from django.db.models import Prefetch, Sum, Value
+from django.db.models import Case, F, Prefetch, Sum, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat import embed
+from chat import embed, help_center, limits
 from chat.limits import check_turn_allowed
-from chat.models import Conversation, Generation, HelpArticle, RevokedKey, ToolCall, Turn
+from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
 from chat.rounds import Round, storable
 from chat.sources import search_results, used_articles
 from chat.visitors import Visitor, hash_key
@@ -194,14 +194,17 @@ def start_turn(
 
 
 def _system_prompt() -> str:
-    titles = HelpArticle.objects.filter(published=True).values_list("title", flat=True)
+    titles = help_center.current_sync().titles
     return SYSTEM_PROMPT.format(overview="\n".join(f"- {title}" for title in titles))
 
 
 def record_generation(turn_id: int, rnd: Round) -> None:
     """Stores one model call and its tool calls, once; logs it."""
-    if Generation.objects.filter(turn_id=turn_id, round=rnd.number).exists():
-        return
+    if not Generation.objects.filter(turn_id=turn_id, round=rnd.number).exists():
+        _insert_generation(turn_id, rnd)
+
+
+def _insert_generation(turn_id: int, rnd: Round) -> None:
     usage = rnd.usage
     with transaction.atomic():
         generation = Generation.objects.create(
@@ -215,17 +218,18 @@ def record_generation(turn_id: int, rnd: Round) -> None:
             first_delta_at=rnd.first_delta_at,
             ended_at=rnd.ended_at or timezone.now(),
         )
-        ToolCall.objects.bulk_create(
-            ToolCall(
-                generation=generation,
-                call_id=storable(call.call_id),
-                name=storable(call.name),
-                arguments=storable(call.arguments),
-                result="" if call.result is None else json.dumps(call.result),
-                error=storable(call.error),
+        if rnd.tool_calls:
+            ToolCall.objects.bulk_create(
+                ToolCall(
+                    generation=generation,
+                    call_id=storable(call.call_id),
+                    name=storable(call.name),
+                    arguments=storable(call.arguments),
+                    result="" if call.result is None else json.dumps(call.result),
+                    error=storable(call.error),
+                )
+                for call in rnd.tool_calls
             )
-            for call in rnd.tool_calls
-        )
     logger.info(
         "generation turn=%s round=%s finish_reason=%s input_tokens=%s output_tokens=%s "
         "estimated=%s tool_calls=%s ttfd_ms=%s duration_ms=%s",
@@ -250,20 +254,29 @@ class Checkpoint:
     output_tokens: int
 
 
-@transaction.atomic
 def checkpoint_turns(checkpoints: list[Checkpoint]) -> None:
     """Saves running turns' text so far and their current round's usage
-    estimate, in one transaction; the heartbeat says their process lives."""
+    estimate, and says their process lives: one UPDATE for all of them
+    (per hundred), however many turns run."""
     now = timezone.now()
-    for checkpoint in checkpoints:
+    for start in range(0, len(checkpoints), CHECKPOINT_BATCH):
+        batch = checkpoints[start : start + CHECKPOINT_BATCH]
+
+        def each(column: str, field: str, batch: list[Checkpoint] = batch) -> Case:
+            whens = (When(pk=c.turn_id, then=Value(getattr(c, field))) for c in batch)
+            return Case(*whens, default=F(column), output_field=Turn._meta.get_field(column))
+
         # A turn that has ended meanwhile keeps its final state.
-        Turn.objects.filter(pk=checkpoint.turn_id, status=Turn.Status.STREAMING).update(
-            assistant_text=checkpoint.text,
+        Turn.objects.filter(pk__in=[c.turn_id for c in batch], status=Turn.Status.STREAMING).update(
+            assistant_text=each("assistant_text", "text"),
+            checkpoint_round=each("checkpoint_round", "round_number"),
+            checkpoint_input_tokens=each("checkpoint_input_tokens", "input_tokens"),
+            checkpoint_output_tokens=each("checkpoint_output_tokens", "output_tokens"),
             heartbeat_at=now,
-            checkpoint_round=checkpoint.round_number,
-            checkpoint_input_tokens=checkpoint.input_tokens,
-            checkpoint_output_tokens=checkpoint.output_tokens,
         )
+
+
+CHECKPOINT_BATCH = 100  # SQLite takes at most 999 parameters a statement
 
 
 def close_stale_turns(stale_after_seconds: float) -> list[int]:
@@ -327,8 +340,10 @@ def finish_turn(
     turn = Turn.objects.select_for_update().get(pk=turn_id)
     if turn.status != Turn.Status.STREAMING:
         return _usage_of(LedgerEntry.objects.get(turn_id=turn_id))
+    recorded = set(Generation.objects.filter(turn_id=turn_id).values_list("round", flat=True))
     for rnd in rounds:
-        record_generation(turn_id, rnd)
+        if rnd.number not in recorded:
+            _insert_generation(turn_id, rnd)
     Turn.objects.filter(pk=turn_id).update(
         status=status,
         interrupted=status == Turn.Status.INTERRUPTED,
@@ -344,6 +359,8 @@ def finish_turn(
         output_tokens=sum(u.output_tokens for u in usages),
         estimated=any(u.estimated for u in usages),
     )
+    keys = [limits.SITE] + ([limits.network_key(turn.client_network)] if turn.client_network else [])
+    transaction.on_commit(lambda: limits.day_totals.add(keys, entry.input_tokens + entry.output_tokens))
     return _usage_of(entry)
 
 

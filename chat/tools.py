@@ -4,30 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.db import database_sync_to_async
-
-from chat import search
-from chat.models import HelpArticle
+from chat import help_center
 from chat.rounds import Tool
 
 RESULTS = 3
 
 
-def search_help_center_sync(query: str) -> dict[str, Any]:
+def search_in(snapshot: help_center.Snapshot, query: str) -> dict[str, Any]:
     if not isinstance(query, str) or not query.strip():
         raise ValueError("query must be a non-empty string")
-    articles = HelpArticle.objects.filter(published=True).only("id", "title", "slug", "body")
-    documents = [search.Document(a.id, a.title, a.get_absolute_url(), a.body) for a in articles]
-    found = search.rank(query, documents, limit=RESULTS)
+    index = snapshot.index
     return {
         "articles": [
-            {"id": d.id, "title": d.title, "url": d.url, "snippet": search.snippet(query, d.body)} for d in found
+            {"id": d.id, "title": d.title, "url": d.url, "snippet": index.snippet(query, d)}
+            for d in index.rank(query, limit=RESULTS)
         ]
     }
 
 
+def search_help_center_sync(query: str) -> dict[str, Any]:
+    return search_in(help_center.current_sync(), query)
+
+
 async def _search_help_center(query: str) -> dict[str, Any]:
-    return await database_sync_to_async(search_help_center_sync)(query)
+    # Ranking an in-memory index takes well under a millisecond: it runs
+    # on the event loop rather than queueing for the database thread.
+    return search_in(await help_center.current(), query)
 
 
 SEARCH_HELP_CENTER = Tool(

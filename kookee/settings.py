@@ -158,6 +158,9 @@ KOOKEE_FRAME_BURST = env.int("KOOKEE_FRAME_BURST", default=30)
 KOOKEE_FRAMES_PER_SECOND = env.float("KOOKEE_FRAMES_PER_SECOND", default=5.0)
 KOOKEE_TURNS_PER_MINUTE = env.int("KOOKEE_TURNS_PER_MINUTE", default=10)
 KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = env.int("KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS", default=60)
+# The site's and each network's tokens today are summed from the ledger at
+# most this often per process (plus what the process bills meanwhile).
+KOOKEE_BUDGET_CACHE_SECONDS = env.float("KOOKEE_BUDGET_CACHE_SECONDS", default=5.0)
 KOOKEE_TOKENS_PER_CONVERSATION = env.int("KOOKEE_TOKENS_PER_CONVERSATION", default=500_000)
 KOOKEE_TOKENS_PER_DAY = env.int("KOOKEE_TOKENS_PER_DAY", default=20_000_000)
 # Daily token budgets that a new cookie or widget token does not reset: per
@@ -199,6 +202,9 @@ for _origin in KOOKEE_EMBED_ORIGINS:
         raise ImproperlyConfigured(f"KOOKEE_EMBED_ORIGINS: {_origin!r} is not an origin like https://www.example.com")
 # Earlier turns sent to the model as context.
 KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
+# How often a process checks whether another one changed the help center
+# (its own changes show at once); see chat/help_center.py.
+KOOKEE_HELP_CENTER_RECHECK_SECONDS = env.float("KOOKEE_HELP_CENTER_RECHECK_SECONDS", default=5.0)
 # Pace of the offline model: tokens per second and delay before the first one.
 KOOKEE_OFFLINE_TOKENS_PER_SECOND = env.float("KOOKEE_OFFLINE_TOKENS_PER_SECOND", default=40.0)
 KOOKEE_OFFLINE_FIRST_TOKEN_MS = env.int("KOOKEE_OFFLINE_FIRST_TOKEN_MS", default=300)

@@ -1,4 +1,3 @@
-import openai
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
@@ -31,6 +30,14 @@ async def close_worker_thread_connections():
 
 
 @pytest.fixture(autouse=True)
+def fresh_day_totals(monkeypatch):
+    """The budgets' cached day totals start empty in each test."""
+    from chat import limits
+
+    monkeypatch.setattr(limits, "day_totals", limits.DayTotals())
+
+
+@pytest.fixture(autouse=True)
 def no_background_sweeper(settings):
     """Tests that need the stale-turn sweeper call it; none runs behind them."""
     settings.KOOKEE_SWEEP_SECONDS = 0
@@ -46,21 +53,13 @@ async def provider():
 
 
 @pytest.fixture
-def open_stream(provider):
-    """Opens streams with the real openai client against the scripted provider."""
-    client = openai.AsyncOpenAI(api_key="test-key", base_url=provider.url, max_retries=0)
+def open_stream(use_provider, settings):
+    """Opens streams as the app does (the real openai client, the app's own
+    SSE reading), against the scripted provider, without retries."""
+    from chat import provider
 
-    async def _open(*, messages, tools, tool_choice):
-        extra = {"tools": tools, "tool_choice": tool_choice} if tools else {}
-        return await client.chat.completions.create(
-            model="test-model",
-            messages=messages,
-            stream=True,
-            stream_options={"include_usage": True},
-            **extra,
-        )
-
-    return _open
+    settings.KOOKEE_PROVIDER_RETRIES = 0
+    return provider.open_stream
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from django.db import connection
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from chat import embed
+from chat import embed, limits
 from chat.consumers import CLOSE_FLOOD, CLOSE_IDLE, CLOSE_TOO_MANY
 from chat.limits import FrameBudget
 from chat.models import Conversation, Turn
@@ -187,6 +187,7 @@ def backdate_ledger_entry(turn_id, when):
             [connection.ops.adapt_datetimefield_value(when), turn_id],
         )
         assert cursor.rowcount == 1
+    limits.day_totals.clear()  # the cached day totals start afresh, as at midnight
 
 
 # --- frame floods ----------------------------------------------------------------------------
@@ -388,6 +389,7 @@ async def test_budgets_count_only_today(budgets):
         # The ledger is append-only; rewrite its dates underneath it.
         with connection.cursor() as cursor:
             cursor.execute("UPDATE billing_ledgerentry SET created_at = %s", [timezone.now() - timedelta(days=1)])
+        limits.day_totals.clear()  # as at midnight
 
     await as_if_yesterday()
     assert await chats(await connect_as("203.0.113.7")) == "completed"
@@ -447,3 +449,36 @@ async def test_a_running_turn_keeps_its_socket_open_past_the_idle_time(visitors,
     # Idle again after the turn: then it closes.
     closed = await chat.communicator.receive_output(timeout=3)
     assert closed["code"] == CLOSE_IDLE
+
+
+# --- cached day totals -------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_day_totals_count_own_bills_at_once_and_others_within_the_cache_time(settings, monkeypatch):
+    from billing.services import bill_once
+
+    settings.KOOKEE_BUDGET_CACHE_SECONDS = 5
+    clock = [1000.0]
+    monkeypatch.setattr(limits.time, "monotonic", lambda: clock[0])
+    totals = limits.DayTotals()
+    today = LedgerEntry.objects.all()
+    assert totals.get(limits.SITE, today) == 0
+
+    conversation = Conversation.objects.create(visitor_hash="v")
+    elsewhere = Turn.objects.create(conversation=conversation, user_text="q", model="gpt-4o-mini")
+    bill_once(elsewhere.id, model="gpt-4o-mini", input_tokens=100, output_tokens=0, estimated=False)
+    totals.add([limits.SITE], 30)  # this process billed 30 meanwhile
+    assert totals.get(limits.SITE, today) == 30  # another process's 100: not yet
+
+    clock[0] += 5
+    assert totals.get(limits.SITE, today) == 100  # summed again: the ledger is the truth
+
+
+@pytest.mark.django_db
+def test_day_totals_keep_a_bounded_number_of_networks(monkeypatch):
+    monkeypatch.setattr(limits.DayTotals, "MAX_KEYS", 3)
+    totals = limits.DayTotals()
+    for number in range(10):
+        totals.get(limits.network_key(f"198.51.100.{number}"), LedgerEntry.objects.none())
+    assert len(totals._totals) <= 3

@@ -261,7 +261,7 @@ async def test_http_error_before_the_stream_fails(provider, open_stream):
 
     provider.queue([HTTPError(500, {"error": {"message": "boom"}})])
     outcome, loop, sink, _ = await run(open_stream)
-    assert (outcome.status, outcome.error) == ("failed", "provider_error")
+    assert (outcome.status, outcome.error) == ("failed", "provider_unavailable")
     assert sink.deltas == []
     assert len(loop.rounds) == 1
 
