@@ -36,6 +36,7 @@ logger = logging.getLogger("kookee.provider")
 OFFLINE_BASE_URL = "http://offline.kookee.invalid/v1"
 RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}  # and any other 5xx
 MAX_RETRY_AFTER_SECONDS = 10.0
+DRAIN_SECONDS = 1.0  # at most this long to read what follows [DONE]
 
 # One client per event loop: its connection pool belongs to the loop that
 # opened it (daphne has one; each async test has its own).
@@ -106,12 +107,24 @@ class Stream:
         self._events = EventParser()
         self._deadline: float | None = first_chunk_deadline
         self._done = False
+        self._finished = False  # [DONE] came
 
     async def __aenter__(self) -> Stream:
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self._response.aclose()
+    async def __aexit__(self, exc_type: Any, *exc_info: Any) -> None:
+        try:
+            if self._finished and exc_type is None:
+                # The rest of a finished answer (its end of body) is read, so
+                # that the connection goes back to the pool for the next round
+                # instead of being closed; never after a Stop.
+                async with asyncio.timeout(DRAIN_SECONDS):
+                    async for _ in self._bytes:
+                        pass
+        except (TimeoutError, httpx2.HTTPError):
+            pass
+        finally:
+            await self._response.aclose()
 
     def __aiter__(self) -> Stream:
         return self
@@ -150,7 +163,7 @@ class Stream:
         for data in events:
             if data.startswith("[DONE]"):
                 # Anything after it is ignored; the response is closed on exit.
-                self._done = True
+                self._done = self._finished = True
                 break
             try:
                 chunk = fastjson.loads(data)

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
-from django.db import transaction
-from django.db.models import Case, F, Prefetch, Sum, Value, When
+from django.db import connection, transaction
+from django.db.models import Prefetch, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -170,11 +170,15 @@ def start_turn(
     if conversation_id is None:
         conversation = Conversation.objects.create(visitor_hash=visitor.hash)
     else:
-        conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+        conversation = Conversation.objects.select_for_update().only("visitor_hash").get(pk=conversation_id)
         if conversation.visitor_hash != visitor.hash:
             raise Refused  # started over or erased since this tab connected
     check_turn_allowed(visitor, conversation.id)
-    earlier = list(conversation.turns.order_by("-started_at", "-id")[: settings.KOOKEE_HISTORY_TURNS])
+    earlier = list(
+        conversation.turns.order_by("-started_at", "-id").values_list("user_text", "assistant_text")[
+            : settings.KOOKEE_HISTORY_TURNS
+        ]
+    )
     turn = Turn.objects.create(
         conversation=conversation,
         user_text=user_text,
@@ -185,10 +189,10 @@ def start_turn(
     )
     conversation.save(update_fields=["updated_at"])
     messages = [{"role": "system", "content": _system_prompt()}]
-    for past in reversed(earlier):
-        messages.append({"role": "user", "content": past.user_text})
-        if past.assistant_text:
-            messages.append({"role": "assistant", "content": past.assistant_text})
+    for asked, answered in reversed(earlier):
+        messages.append({"role": "user", "content": asked})
+        if answered:
+            messages.append({"role": "assistant", "content": answered})
     messages.append({"role": "user", "content": user_text})
     return conversation.id, turn.id, messages
 
@@ -199,14 +203,11 @@ def _system_prompt() -> str:
 
 
 def record_generation(turn_id: int, rnd: Round) -> None:
-    """Stores one model call and its tool calls, once; logs it."""
-    if not Generation.objects.filter(turn_id=turn_id, round=rnd.number).exists():
-        _insert_generation(turn_id, rnd)
-
-
-def _insert_generation(turn_id: int, rnd: Round) -> None:
+    """Stores one model call and its tool calls; logs it. Called once per
+    round that is not the last (finish_turn records the rest)."""
     usage = rnd.usage
-    with transaction.atomic():
+    # No savepoint inside finish_turn's transaction: its failure fails it all.
+    with transaction.atomic(savepoint=False):
         generation = Generation.objects.create(
             turn_id=turn_id,
             round=rnd.number,
@@ -256,27 +257,21 @@ class Checkpoint:
 
 def checkpoint_turns(checkpoints: list[Checkpoint]) -> None:
     """Saves running turns' text so far and their current round's usage
-    estimate, and says their process lives: one UPDATE for all of them
-    (per hundred), however many turns run."""
-    now = timezone.now()
-    for start in range(0, len(checkpoints), CHECKPOINT_BATCH):
-        batch = checkpoints[start : start + CHECKPOINT_BATCH]
-
-        def each(column: str, field: str, batch: list[Checkpoint] = batch) -> Case:
-            whens = (When(pk=c.turn_id, then=Value(getattr(c, field))) for c in batch)
-            return Case(*whens, default=F(column), output_field=Turn._meta.get_field(column))
-
+    estimate, and says their process lives: one statement for all of them,
+    however many turns run. (Raw SQL: the ORM would compile an expression
+    per turn and column, every second.)"""
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    with transaction.atomic(), connection.cursor() as cursor:
         # A turn that has ended meanwhile keeps its final state.
-        Turn.objects.filter(pk__in=[c.turn_id for c in batch], status=Turn.Status.STREAMING).update(
-            assistant_text=each("assistant_text", "text"),
-            checkpoint_round=each("checkpoint_round", "round_number"),
-            checkpoint_input_tokens=each("checkpoint_input_tokens", "input_tokens"),
-            checkpoint_output_tokens=each("checkpoint_output_tokens", "output_tokens"),
-            heartbeat_at=now,
+        cursor.executemany(
+            f"UPDATE {table} SET assistant_text = %s, checkpoint_round = %s, checkpoint_input_tokens = %s,"
+            " checkpoint_output_tokens = %s, heartbeat_at = %s WHERE id = %s AND status = %s",
+            [
+                (c.text, c.round_number, c.input_tokens, c.output_tokens, now, c.turn_id, Turn.Status.STREAMING)
+                for c in checkpoints
+            ],
         )
-
-
-CHECKPOINT_BATCH = 100  # SQLite takes at most 999 parameters a statement
 
 
 def close_stale_turns(stale_after_seconds: float) -> list[int]:
@@ -337,13 +332,13 @@ def finish_turn(
     Returns the usage the ledger recorded, for the `turn.ended` frame. A turn
     that has ended already is left as it is.
     """
-    turn = Turn.objects.select_for_update().get(pk=turn_id)
+    turn = Turn.objects.select_for_update().only("status", "client_network").get(pk=turn_id)
     if turn.status != Turn.Status.STREAMING:
         return _usage_of(LedgerEntry.objects.get(turn_id=turn_id))
     recorded = set(Generation.objects.filter(turn_id=turn_id).values_list("round", flat=True))
     for rnd in rounds:
         if rnd.number not in recorded:
-            _insert_generation(turn_id, rnd)
+            record_generation(turn_id, rnd)
     Turn.objects.filter(pk=turn_id).update(
         status=status,
         interrupted=status == Turn.Status.INTERRUPTED,

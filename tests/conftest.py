@@ -38,6 +38,17 @@ def fresh_day_totals(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def fresh_caches():
+    """Prices and the help-center index cached by a test's process are not
+    the next test's (its database rolled back)."""
+    from billing.services import forget_prices
+    from chat import help_center
+
+    forget_prices()
+    help_center._article_changed()
+
+
+@pytest.fixture(autouse=True)
 def no_background_sweeper(settings):
     """Tests that need the stale-turn sweeper call it; none runs behind them."""
     settings.KOOKEE_SWEEP_SECONDS = 0

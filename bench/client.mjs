@@ -1,0 +1,155 @@
+// The load client: many visitors on one Node.js process, so that the client
+// is not what limits the server (it reports its own CPU to prove it).
+//
+// Each visitor gets a session from GET /, opens the chat socket and asks
+// questions back to back. A fraction of turns is stopped after a few deltas.
+// Only turns that start inside the measuring window count. Run by
+// bench/concurrency.py; reads its settings as JSON from argv[2]:
+//   {addresses: ["127.0.0.1:8000", ...], path: "/ws/chat/", visitors, questions,
+//    rampSeconds, warmupSeconds, seconds, stopFraction, forwardedFor}
+// Prints "window start" and "window end" lines as the window opens and
+// closes, then one line of JSON with the results.
+
+const config = JSON.parse(process.argv[2]);
+const started = performance.now();
+const windowStart = started + (config.rampSeconds + config.warmupSeconds) * 1000;
+const windowEnd = windowStart + config.seconds * 1000;
+const TIMEOUT_MS = 60_000;
+
+const results = {
+  turns: 0,
+  completed: 0,
+  stopped: 0,
+  firstDelta: [],
+  chars: 0,
+  frames: 0,
+  errors: {},
+  stops: [],
+  openSockets: 0,
+};
+
+function error(kind) {
+  results.errors[kind] = (results.errors[kind] || 0) + 1;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function session(address, forwardedFor) {
+  const response = await fetch(`http://${address}/`, {
+    headers: { "X-Forwarded-Proto": "https", "X-Forwarded-For": forwardedFor },
+    redirect: "manual",
+  });
+  const cookies = response.headers.getSetCookie().map((c) => c.split(";")[0]);
+  await response.arrayBuffer();
+  const cookie = cookies.find((c) => c.startsWith("sessionid="));
+  if (!cookie) throw new Error(`no session from GET / (${response.status})`);
+  return cookie;
+}
+
+function open(address, cookie, forwardedFor) {
+  return new Promise((resolve, reject) => {
+    const socket = new WebSocket(`ws://${address}${config.path}`, {
+      headers: { Cookie: cookie, Origin: `https://${address.split(":")[0]}`, "X-Forwarded-For": forwardedFor },
+    });
+    socket.onopen = () => resolve(socket);
+    socket.onerror = () => reject(new Error("socket error"));
+  });
+}
+
+// Frames of one socket, awaited one at a time.
+function inbox(socket) {
+  const queue = [];
+  let waiting = null;
+  const deliver = (item) => {
+    if (!waiting) return queue.push(item);
+    const { resolve, timer } = waiting;
+    waiting = null;
+    clearTimeout(timer);
+    resolve(item);
+  };
+  socket.onmessage = (event) => deliver({ frame: JSON.parse(event.data), arrived: performance.now() });
+  socket.onclose = (event) => deliver({ closed: event.code });
+  return () =>
+    queue.length
+      ? Promise.resolve(queue.shift())
+      : new Promise((resolve, reject) => {
+          waiting = { resolve, timer: setTimeout(() => reject(new Error("timeout")), TIMEOUT_MS) };
+        });
+}
+
+async function visitor(number) {
+  const address = config.addresses[number % config.addresses.length];
+  const forwardedFor = `10.${(number >> 16) & 255}.${(number >> 8) & 255}.${number & 255}`;
+  await sleep((config.rampSeconds * 1000 * number) / config.visitors);
+  let socket, next;
+  try {
+    const cookie = await session(address, forwardedFor);
+    socket = await open(address, cookie, forwardedFor);
+    next = inbox(socket);
+  } catch (e) {
+    error(`connect: ${e.message}`);
+    return;
+  }
+  results.openSockets++;
+  let asked = 0;
+  while (performance.now() < windowEnd) {
+    const question = config.questions[(number + asked) % config.questions.length];
+    const marker = `k${number}x${asked}`;
+    asked++;
+    const sentAt = performance.now();
+    const counted = sentAt >= windowStart && sentAt < windowEnd;
+    const stopAfter = Math.random() < config.stopFraction ? 2 + Math.floor(Math.random() * 6) : 0;
+    socket.send(JSON.stringify({ type: "message", text: `${question} ${marker}` }));
+    let deltas = 0;
+    let first = null;
+    let chars = 0;
+    let frames = 0;
+    try {
+      for (;;) {
+        const item = await next();
+        if (item.closed !== undefined) throw new Error(`closed ${item.closed}`);
+        const frame = item.frame;
+        frames++;
+        if (frame.type === "error") throw new Error(`error frame ${frame.code}`);
+        if (frame.type === "delta") {
+          deltas++;
+          chars += frame.text.length;
+          if (first === null) first = item.arrived - sentAt;
+          if (deltas === stopAfter) {
+            if (counted) results.stops.push({ marker, sentAt: performance.timeOrigin + performance.now() });
+            socket.send(JSON.stringify({ type: "stop" }));
+          }
+        } else if (frame.type === "turn.ended") {
+          if (counted) {
+            results.turns++;
+            results[frame.status === "interrupted" ? "stopped" : "completed"]++;
+            if (first !== null) results.firstDelta.push(first);
+            results.chars += chars;
+            results.frames += frames;
+          }
+          break;
+        }
+      }
+    } catch (e) {
+      error(e.message);
+      break;
+    }
+  }
+  socket.close();
+}
+
+const cpuBefore = { value: null };
+setTimeout(() => {
+  cpuBefore.value = process.cpuUsage();
+  console.log("window start");
+}, windowStart - started);
+let cpu = null;
+setTimeout(() => {
+  cpu = process.cpuUsage(cpuBefore.value);
+  console.log("window end");
+}, windowEnd - started);
+
+await Promise.all(Array.from({ length: config.visitors }, (_, n) => visitor(n)));
+results.clientCpuSeconds = cpu ? (cpu.user + cpu.system) / 1e6 : null;
+results.firstDelta.sort((a, b) => a - b);
+console.log(JSON.stringify(results));
