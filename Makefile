@@ -52,13 +52,25 @@ format: $(VENV)/installed
 clean:
 	rm -rf $(VENV) db.sqlite3 .pytest_cache .secret_key
 
-# Benches and the load test serve the app as `make run` does (DEBUG on, a local secret).
+# Benches and the load test serve the app as `make run` does (DEBUG on, a local
+# secret); the performance benches (bench/harness.py) serve it as production
+# does, and write docs/benchmarks.md. About 25 minutes; Node.js runs the load.
 bench load: export DJANGO_DEBUG ?= true
-bench: $(VENV)/installed chromium
+bench: $(VENV)/installed $(VENV)/bench-installed chromium
+	$(PY) bench/probe_vs_stream.py
+	$(PY) bench/relay_overhead.py
 	$(PY) bench/stop_latency.py
+	$(PY) bench/concurrency.py
+	$(PY) bench/db_writes.py
+	$(PY) bench/soak.py
+	$(PY) bench/report.py
 	$(PY) bench/admin.py
 	$(PY) bench/limits.py
 	$(PY) bench/render.py
+
+$(VENV)/bench-installed: $(VENV)/installed bench/requirements.txt
+	$(PY) -m pip install --quiet -r bench/requirements.txt
+	touch $@
 
 load: $(VENV)/installed
 	$(PY) bench/load.py 200 3

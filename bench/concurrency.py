@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -24,7 +25,10 @@ from typing import Any
 
 from harness import (
     QUESTIONS,
+    REDIS_URL,
+    RESULTS,
     cpu_seconds,
+    fresh_postgres,
     migrate,
     percentile,
     provider,
@@ -145,6 +149,7 @@ def run(
     extra_args: tuple[str, ...] = (),
     env_extra: dict[str, str] | None = None,
     profile: str = "",
+    label: str = "",
 ) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, provider(TTFT_MS, TOKENS_PER_SECOND) as (provider_url, _):
@@ -169,6 +174,7 @@ def run(
                         profile=f"{profile}-{visitors}{path.replace('/', '-')}raw" if profile else "",
                     )
                     row["server"] = server
+                    row["label"] = label or server
                     rows.append(row)
                     print(_line(row), flush=True)
     return rows
@@ -186,18 +192,213 @@ def _line(row: dict[str, Any]) -> str:
     )
 
 
+SWEEP = [50, 100, 200, 500, 1000]
+
+
+def suite(seconds: float) -> None:
+    """What `make bench` runs: the sweep against the bare relay (with some
+    turns stopped, for Stop latency under load), the variants at 200
+    visitors, and the stretch on two processes."""
+    sweep = run(
+        SWEEP,
+        seconds=seconds,
+        server="daphne",
+        processes=1,
+        database="sqlite",
+        stop_fraction=0.1,
+        bare=True,
+        profile=str(RESULTS / "profile"),
+    )
+    save("concurrency", sweep)
+    variants = []
+    for label, server, args, env in [
+        ("uvicorn, permessage-deflate on", "uvicorn", (), {}),
+        ("uvicorn, permessage-deflate off", "uvicorn", ("--ws-per-message-deflate", "false"), {}),
+        ("daphne, REDIS_URL set", "daphne", (), {"REDIS_URL": REDIS_URL}),
+    ]:
+        if "REDIS_URL" in env and not _reachable(6379):
+            continue
+        variants += run(
+            [200],
+            seconds=seconds,
+            server=server,
+            processes=1,
+            database="sqlite",
+            stop_fraction=0,
+            bare=server != "daphne",
+            extra_args=args,
+            env_extra=env,
+            label=label,
+        )
+    save("concurrency_variants", variants)
+    stretch = []
+    if _reachable(5432):
+        with fresh_postgres("kookee_bench") as database:
+            stretch = run(
+                [1000],
+                seconds=seconds,
+                server="daphne",
+                processes=2,
+                database=database,
+                stop_fraction=0,
+                bare=True,
+                label="2 x daphne, PostgreSQL",
+            )
+    save("concurrency_stretch", stretch)
+
+
+def _reachable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+BOUND_MS = TTFT_MS + 100  # the target: the model's own time to first token, plus 100 ms
+
+
+def section(sweep: list[dict[str, Any]], charts: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from cpu_profile import categorize
+
+    app = {r["visitors"]: r for r in sweep if r["path"] == "/ws/chat/"}
+    bare = {r["visitors"]: r for r in sweep if r["path"] == "/ws/bare/"}
+    lines = [
+        "## 4. Concurrency",
+        "",
+        f"N visitors ask help questions back to back (each turn a search, then an answer; 10% stopped after a few"
+        f" deltas), against the bench provider at {TTFT_MS} ms to first token and {TOKENS_PER_SECOND} tokens/s,"
+        " served by one daphne process on SQLite. In the same process and run, the bare relay sends the same"
+        " visitors the frames the app sent for each question, at the same pace, with no model and no database."
+        " Each level runs on a fresh server; the Node.js load client reports its own CPU.",
+        "",
+        "| visitors | first delta p50 / p99, app | bare relay | server CPU, app | bare | CPU per character, app |"
+        " bare | ratio | memory per connection, app | bare | client CPU | errors |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for visitors in sorted(app):
+        a, b = app[visitors], bare.get(visitors, {})
+        ratio = a["cpu_us_per_char"] / b["cpu_us_per_char"] if b.get("cpu_us_per_char") else None
+        lines.append(
+            f"| {visitors} | {a['first_delta_p50_ms']:.0f} / {a['first_delta_p99_ms']:.0f} ms |"
+            f" {_pair(b, 'first_delta_p50_ms', 'first_delta_p99_ms')} | {a['server_cpu_percent']:.0f}% |"
+            f" {_percent(b)} | {a['cpu_us_per_char']:.1f} us | {_value(b, 'cpu_us_per_char', ' us')} |"
+            f" {_value({'r': ratio}, 'r', 'x')} | {a['kb_per_connection']:.0f} KB |"
+            f" {_value(b, 'kb_per_connection', ' KB')} | {a['client_cpu_percent']:.0f}% |"
+            f" {a['errors'] + b.get('errors', 0)} |"
+        )
+    bends = {name: _bend(rows) for name, rows in (("app", app), ("bare relay", bare))}
+    lines += [
+        "",
+        "Where each bends (the first level whose first-delta p99 passes"
+        f" {BOUND_MS} ms): " + ", ".join(f"{name} at {bend or 'none measured'}" for name, bend in bends.items()) + ".",
+        "",
+    ]
+    at_200, bare_200 = app.get(200), bare.get(200)
+    if at_200 and bare_200:
+        ratio = at_200["cpu_us_per_char"] / bare_200["cpu_us_per_char"]
+        lines += [
+            f"**Targets at 200 visitors.** First delta p99 {at_200['first_delta_p99_ms']:.0f} ms against a bound of"
+            f" {BOUND_MS} ms: {'met' if at_200['first_delta_p99_ms'] <= BOUND_MS else 'missed'}. CPU per answer"
+            f" character {ratio:.1f}x the bare relay's, against at most 3x:"
+            f" {'met' if ratio <= 3 else 'missed by ' + format(ratio / 3 - 1, '.0%')}."
+            f" Errors: {at_200['errors']}.",
+            "",
+        ]
+    lines += ["![First delta p99 and CPU per character against visitors](benchmarks/concurrency.png)", ""]
+    variants = _load("concurrency_variants")
+    stretch = _load("concurrency_stretch")
+    if variants or stretch:
+        lines += [
+            "Other servers and set-ups, same workload (stretch: two processes behind no balancer, the client"
+            " spreads visitors over both):",
+            "",
+            "| set-up | visitors | path | first delta p50 / p99 | server CPU | CPU per character | ms per turn |"
+            " client CPU | errors |",
+            "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for r in variants + stretch:
+            lines.append(
+                f"| {r['label']} | {r['visitors']} | {'app' if r['path'] == '/ws/chat/' else 'bare relay'} |"
+                f" {r['first_delta_p50_ms']:.0f} / {r['first_delta_p99_ms']:.0f} ms | {r['server_cpu_percent']:.0f}%"
+                f" | {r['cpu_us_per_char']:.1f} us | {r['cpu_ms_per_turn']:.1f} | {r['client_cpu_percent']:.0f}% |"
+                f" {r['errors']} |"
+            )
+        lines.append("")
+    profile = RESULTS / "profile-200-ws-chat-raw"
+    if profile.exists():
+        lines += [
+            "**Where the app's CPU goes at 200 visitors** (py-spy, sampling the running server from outside;"
+            " samples of both of its threads, so waiting for the GIL shows on the database thread):",
+            "",
+            "| where | share of samples |",
+            "| --- | ---: |",
+            *[f"| {name} | {share:.1%} |" for name, share in categorize(profile) if share >= 0.005],
+            "",
+        ]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
+    for name, rows in (("app", app), ("bare relay", bare)):
+        levels = sorted(rows)
+        left.plot(levels, [rows[v]["first_delta_p99_ms"] for v in levels], marker="o", label=name)
+        right.plot(levels, [rows[v]["cpu_us_per_char"] for v in levels], marker="o", label=name)
+    left.axhline(BOUND_MS, color="grey", linestyle="--", label=f"bound, {BOUND_MS} ms")
+    levels = sorted(bare)
+    right.plot(levels, [3 * bare[v]["cpu_us_per_char"] for v in levels], color="grey", linestyle="--", label="3x bare")
+    for axis, title in ((left, "first delta p99 (ms)"), (right, "server CPU per character (us)")):
+        axis.set_xscale("log")
+        axis.set_yscale("log" if axis is left else "linear")
+        axis.set_xlabel("visitors")
+        axis.set_title(title, fontsize=10)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(charts / "concurrency.png")
+    plt.close(figure)
+    return "\n".join(lines)
+
+
+def _load(name: str) -> list[dict[str, Any]]:
+    import json
+
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def _bend(rows: dict[int, dict[str, Any]]) -> int | None:
+    return next((v for v in sorted(rows) if rows[v]["first_delta_p99_ms"] > BOUND_MS), None)
+
+
+def _pair(row: dict[str, Any], first: str, second: str) -> str:
+    return f"{row[first]:.0f} / {row[second]:.0f} ms" if row.get(first) is not None else "-"
+
+
+def _percent(row: dict[str, Any]) -> str:
+    return f"{row['server_cpu_percent']:.0f}%" if row else "-"
+
+
+def _value(row: dict[str, Any], key: str, unit: str) -> str:
+    value = row.get(key)
+    return f"{value:.1f}{unit}" if value is not None else "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("levels", type=int, nargs="*", default=[50, 100, 200, 500, 1000])
-    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("levels", type=int, nargs="*", help="visitors; none: the whole suite of `make bench`")
+    parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--server", default="daphne")
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--database", default="sqlite")
     parser.add_argument("--stop-fraction", type=float, default=0.0)
     parser.add_argument("--bare", action="store_true", help="also serve the same visitors from the bare relay")
+    parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
     parser.add_argument("--name", default="")
     parser.add_argument("--profile", default="", help="py-spy the (first) server into PREFIX-*.raw")
     args = parser.parse_args()
+    if not args.levels:
+        suite(args.seconds)
+        return
     rows = run(
         args.levels,
         seconds=args.seconds,
@@ -206,6 +407,7 @@ def main() -> None:
         database=args.database,
         stop_fraction=args.stop_fraction,
         bare=args.bare,
+        env_extra=dict(item.split("=", 1) for item in args.env),
         profile=args.profile,
     )
     if args.name:

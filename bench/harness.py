@@ -55,6 +55,25 @@ SERVER_ENV = {
 }
 
 
+REDIS_URL = "redis://127.0.0.1:6379/15"
+POSTGRES = "postgres://postgres@127.0.0.1:5432"
+
+
+@contextmanager
+def fresh_postgres(name: str):
+    """A new, empty PostgreSQL database for one bench; yields its URL."""
+    import psycopg
+
+    with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{POSTGRES}/{name}"
+    finally:
+        with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -2,7 +2,9 @@
 every frame the visitor gets is encoded here, so it uses orjson, several
 times faster than the standard library. orjson is strict where the standard
 library is not (lone surrogates, NaN); those rare values fall back to it, so
-nothing that decoded or encoded before fails now."""
+nothing that decoded or encoded before fails now. Two differences remain, on
+values this path never carries: integers beyond 64 bits are read as floats,
+and NaN is written as null."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Count, Max
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
@@ -80,5 +81,12 @@ def _build(stamp: tuple) -> Snapshot:
 @receiver(post_save, sender=HelpArticle)
 @receiver(post_delete, sender=HelpArticle)
 def _article_changed(**kwargs) -> None:
+    _forget()
+    # Again once the change is committed: a search in another thread before
+    # then would rebuild from the old rows and keep them as fresh.
+    transaction.on_commit(_forget)
+
+
+def _forget() -> None:
     global _current
     _current = None

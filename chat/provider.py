@@ -27,7 +27,7 @@ import httpx2
 import openai
 from django.conf import settings
 
-from chat import fastjson
+from chat import fastjson, transport
 from chat.offline import OfflineTransport
 from chat.rounds import StreamError
 
@@ -37,6 +37,7 @@ OFFLINE_BASE_URL = "http://offline.kookee.invalid/v1"
 RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}  # and any other 5xx
 MAX_RETRY_AFTER_SECONDS = 10.0
 DRAIN_SECONDS = 1.0  # at most this long to read what follows [DONE]
+CONNECTION_LIMITS = httpx2.Limits(max_connections=2000, max_keepalive_connections=2000, keepalive_expiry=30)
 
 # One client per event loop: its connection pool belongs to the loop that
 # opened it (daphne has one; each async test has its own).
@@ -108,6 +109,8 @@ class Stream:
         self._deadline: float | None = first_chunk_deadline
         self._done = False
         self._finished = False  # [DONE] came
+        # A fault that came in the same read as good chunks: raised after them.
+        self._fault: StreamError | None = None
 
     async def __aenter__(self) -> Stream:
         return self
@@ -130,6 +133,8 @@ class Stream:
         return self
 
     async def __anext__(self) -> list[Any]:
+        if self._fault is not None:
+            raise self._fault
         while not self._done:
             chunks = self._decode(await self._read())
             if chunks:
@@ -155,27 +160,41 @@ class Stream:
             raise StreamError("provider_error", _describe(exc)) from None
 
     def _decode(self, data: bytes) -> list[Any]:
-        chunks = []
+        """The chunks in these bytes. A fault among them is raised once the
+        chunks before it are handed on: what arrived whole is not lost."""
+        chunks: list[Any] = []
         try:
-            events = self._events.feed(data)
-        except UnicodeDecodeError as exc:
-            raise StreamError("bad_stream", f"the stream is not UTF-8: {exc}") from None
-        for data in events:
-            if data.startswith("[DONE]"):
-                # Anything after it is ignored; the response is closed on exit.
-                self._done = self._finished = True
-                break
             try:
-                chunk = fastjson.loads(data)
-            except (ValueError, RecursionError) as exc:
-                raise StreamError("bad_stream", f"a chunk is not JSON: {exc}") from None
-            if isinstance(chunk, Mapping) and chunk.get("error"):
-                # An error object in the stream, as OpenAI sends mid-stream.
-                error = chunk["error"]
-                message = error.get("message") if isinstance(error, Mapping) else None
-                raise StreamError("provider_error", str(message or "an error occurred during streaming")[:200])
-            chunks.append(chunk)
+                events = self._events.feed(data)
+            except UnicodeDecodeError as exc:
+                raise StreamError("bad_stream", f"the stream is not UTF-8: {exc}") from None
+            for event in events:
+                if event.startswith("[DONE]"):
+                    # Anything after it is ignored; the response is closed on exit.
+                    self._done = self._finished = True
+                    break
+                chunks.append(_chunk(event))
+        except StreamError as fault:
+            if not chunks:
+                raise
+            self._fault = fault
         return chunks
+
+
+def _chunk(event: str) -> Any:
+    try:
+        chunk = fastjson.loads(event)
+    except (ValueError, RecursionError) as exc:
+        raise StreamError("bad_stream", f"a chunk is not JSON: {exc}") from None
+    if isinstance(chunk, Mapping) and chunk.get("error"):
+        # An error object in the stream, as OpenAI sends mid-stream.
+        error = chunk["error"]
+        message = error.get("message") if isinstance(error, Mapping) else None
+        raise StreamError("provider_error", str(message or "an error occurred during streaming")[:200])
+    return chunk
+
+
+BOM = b"\xef\xbb\xbf"
 
 
 class EventParser:
@@ -190,16 +209,23 @@ class EventParser:
         self._data: list[str] = []
 
     def feed(self, data: bytes) -> list[str]:
-        if not self._started and data:
+        if self._after_cr:
+            # The stream's last byte was a CR: an LF now completes its CRLF.
+            self._after_cr = False
+            data = data.removeprefix(b"\n")
+        data = self._partial + data
+        if not self._started:
+            if len(data) < len(BOM) and BOM.startswith(data):
+                self._partial = data  # maybe a BOM, cut by the read: wait
+                return []
             self._started = True
-            data = data.removeprefix(b"\xef\xbb\xbf")
-        if self._after_cr and data.startswith(b"\n"):
-            data = data[1:]
-        lines = (self._partial + data).splitlines(keepends=True)
-        complete = bool(lines) and lines[-1].endswith((b"\n", b"\r"))
-        self._partial = b"" if complete or not lines else lines.pop()
-        if lines:
-            self._after_cr = lines[-1].endswith(b"\r")
+            data = data.removeprefix(BOM)
+        if not data:
+            self._partial = b""
+            return []
+        self._after_cr = data.endswith(b"\r")
+        lines = data.splitlines(keepends=True)
+        self._partial = b"" if lines[-1].endswith((b"\n", b"\r")) else lines.pop()
         events: list[str] = []
         for raw in lines:
             line = raw.rstrip(b"\r\n").decode()
@@ -298,7 +324,7 @@ def _make_client() -> openai.AsyncOpenAI:
         pool=settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
     )
     if is_offline():
-        transport = OfflineTransport(
+        offline = OfflineTransport(
             tokens_per_second=settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND,
             first_token_delay=settings.KOOKEE_OFFLINE_FIRST_TOKEN_MS / 1000,
         )
@@ -306,12 +332,17 @@ def _make_client() -> openai.AsyncOpenAI:
             api_key="offline",
             base_url=OFFLINE_BASE_URL,
             max_retries=0,
-            http_client=httpx2.AsyncClient(transport=transport, timeout=timeout),
+            http_client=httpx2.AsyncClient(transport=offline, timeout=timeout),
         )
+    # One connection per concurrent stream, kept for the next round: a new
+    # TLS connection per model call costs more than the call's tokens.
+    http_client = httpx2.AsyncClient(timeout=timeout, limits=CONNECTION_LIMITS, follow_redirects=True)
+    transport.install(http_client)
     return openai.AsyncOpenAI(
         # Local servers (Ollama, vLLM, llama.cpp) take any key.
         api_key=settings.OPENAI_API_KEY or "not-needed",
         base_url=settings.OPENAI_BASE_URL or None,
         timeout=timeout,
         max_retries=0,  # retried above, only before the stream starts
+        http_client=http_client,
     )

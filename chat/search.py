@@ -43,10 +43,19 @@ def terms(text: str) -> list[str]:
 
 
 def _stem(word: str) -> str:
-    """A light suffix strip, enough to match "invoices" with "invoice"."""
-    for suffix, keep in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
-            return word[: -len(suffix)] + keep
+    """A light suffix strip, enough to match "invoices" with "invoice" and
+    "boxes" with "box"."""
+    if len(word) <= 4 or word.endswith("ss"):
+        return word
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "ches", "shes", "zes")):
+        return word[:-2]
+    if word.endswith("s"):
+        return word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
     return word
 
 

@@ -45,7 +45,7 @@ def fresh_caches():
     from chat import help_center
 
     forget_prices()
-    help_center._article_changed()
+    help_center._forget()
 
 
 @pytest.fixture(autouse=True)

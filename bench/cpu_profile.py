@@ -1,0 +1,47 @@
+"""Where a server's CPU goes, from a py-spy raw profile (`py-spy record -f raw`).
+
+Each sample's stack is put in the first category whose function it passes
+through, in the order below: the database work of a turn runs on Channels'
+database thread, everything else on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+CATEGORIES = [
+    ("database: start a turn (limits, insert, history)", ("start_turn",)),
+    ("database: end a turn (generations, text, ledger)", ("finish_turn",)),
+    ("database: record a tool round", ("record_generation",)),
+    ("database: checkpoints", ("checkpoint_turns",)),
+    ("database: connect a socket", ("_identify",)),
+    ("database thread: hand-offs, commits, waiting for the GIL", ("Thread._bootstrap",)),
+    ("provider: send the request (openai client)", ("open_stream",)),
+    ("provider: read the stream (httpx2, h11)", ("Stream._read",)),
+    ("provider: decode events (orjson)", ("Stream._decode",)),
+    ("round loop: read chunks", ("RoundLoop._take_chunk",)),
+    ("frames to the visitor (Channels, daphne, autobahn)", ("send_json", "doWrite", "BareRelay.play")),
+    ("search", ("_search_help_center",)),
+    ("round loop, turn task: the rest", ("run_turn",)),
+    ("frames from the visitor, handshakes", ("doRead", "ChatConsumer.receive", "handle_reply")),
+    ("event loop: polling", ("select",)),
+]
+
+
+def categorize(raw: Path) -> list[tuple[str, float]]:
+    """Each category's share of the samples, largest first."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, number = line.rpartition(" ")
+        samples = int(number)
+        total += samples
+        functions = [frame.split(" (")[0] for frame in stack.split(";")]
+        for name, keys in CATEGORIES:
+            if any(function.endswith(key) for function in functions for key in keys):
+                counts[name] += samples
+                break
+        else:
+            counts["other (event loop, asyncio, Twisted)"] += samples
+    return [(name, count / total) for name, count in counts.most_common()] if total else []

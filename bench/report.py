@@ -1,0 +1,130 @@
+"""Writes docs/benchmarks.md, and its charts in docs/benchmarks/, from the
+results the benches left in bench/results/ (see the Makefile's `bench`).
+
+    .venv/bin/python bench/report.py
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness import RESULTS, ROOT, percentile
+
+DOCS = ROOT / "docs" / "benchmarks.md"
+CHARTS = ROOT / "docs" / "benchmarks"
+SECTIONS = ["probe_vs_stream", "relay_overhead", "stop_latency", "concurrency", "db_writes", "soak"]
+
+
+def load(name: str):
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def main() -> None:
+    CHARTS.mkdir(parents=True, exist_ok=True)
+    parts = [_header(), _headline()]
+    for name in SECTIONS:
+        results = load(name)
+        if results is None:
+            parts.append(f"## {name}\n\nNot run: no bench/results/{name}.json.")
+            continue
+        parts.append(importlib.import_module(name).section(results, CHARTS))
+    DOCS.write_text("\n\n".join(part.strip() for part in parts) + "\n")
+    print(f"wrote {DOCS.relative_to(ROOT)} and {len(list(CHARTS.glob('*.png')))} charts")
+
+
+def _header() -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor(),
+    )
+    return "\n".join(
+        [
+            "# Benchmarks",
+            "",
+            "Written by `make bench` (bench/report.py) from what the benches measured; do not edit by hand.",
+            f"Run on {datetime.now(UTC):%Y-%m-%d}, commit {commit.stdout.strip() or '?'}, {os.cpu_count()} cores"
+            f" ({cpu}), Python {sys.version.split()[0]}, Node.js load client. The provider is bench/provider.py,"
+            " a local OpenAI-compatible server in its own process, speaking the built-in offline model at a set pace.",
+            "CPU and latency move with whatever else the machine does; ratios measured in the same run are the"
+            " numbers to compare.",
+        ]
+    )
+
+
+def _headline() -> str:
+    """The issue's targets, each with what was measured."""
+    rows = []
+    sweep = load("concurrency") or []
+    app = {r["visitors"]: r for r in sweep if r["path"] == "/ws/chat/"}
+    bare = {r["visitors"]: r for r in sweep if r["path"] == "/ws/bare/"}
+    if 200 in app and 200 in bare:
+        a, b = app[200], bare[200]
+        ratio = a["cpu_us_per_char"] / b["cpu_us_per_char"]
+        rows.append(
+            (
+                "200 visitors, one daphne process: first delta p99 at most 400 ms (300 ms to first token + 100)",
+                f"{a['first_delta_p99_ms']:.0f} ms, {a['errors']} errors",
+                a["first_delta_p99_ms"] <= 400,
+            )
+        )
+        rows.append(("... and CPU per answer character at most 3x the bare relay's", f"{ratio:.1f}x", ratio <= 3))
+    stretch = [r for r in load("concurrency_stretch") or [] if r["path"] == "/ws/chat/"]
+    if stretch:
+        r = stretch[0]
+        rows.append(
+            (
+                f"Stretch: {r['visitors']} visitors on two processes, same bound",
+                f"p99 {r['first_delta_p99_ms']:.0f} ms, {r['errors']} errors",
+                r["first_delta_p99_ms"] <= 400,
+            )
+        )
+    stops = load("stop_latency")
+    if stops:
+        p99 = stops["provider_closed"]["p99_ms"] if "provider_closed" in stops else None
+        if p99 is not None:
+            rows.append(("Stop to provider request closed, unloaded: p99 under 20 ms", f"{p99:.1f} ms", p99 < 20))
+    if 200 in app and app[200]["stop_ms"]:
+        p99 = percentile(app[200]["stop_ms"], 0.99)
+        rows.append(
+            ("... at 200 visitors: p99 under 100 ms", f"{p99:.1f} ms over {len(app[200]['stop_ms'])} stops", p99 < 100)
+        )
+    writes = load("db_writes") or []
+    if writes:
+        steady = all(len({r["turn_writes"] for r in writes if r["tools"] == tools}) == 1 for tools in (True, False))
+        counts = sorted({r["turn_writes"] for r in writes})
+        rows.append(("Database writes per turn the same however long the answer", f"{counts}", steady))
+    variants = load("concurrency_variants") or []
+    redis = [r for r in variants if "REDIS" in r["label"] and r["path"] == "/ws/chat/"]
+    if redis and 200 in app:
+        extra = redis[0]["cpu_ms_per_turn"] / app[200]["cpu_ms_per_turn"] - 1
+        rows.append(("With REDIS_URL set, at most 20% more CPU per turn", f"{extra:+.0%}", extra <= 0.2))
+    soak = load("soak")
+    if soak and soak.get("slope_last_half_mb_per_1000") is not None:
+        slope = soak["slope_last_half_mb_per_1000"]
+        rows.append(
+            (
+                "Memory levels off in a 10-minute soak at 60 visitors",
+                f"{slope:+.1f} MB per 1,000 turns over the last half",
+                abs(slope) < 1,
+            )
+        )
+    lines = ["## The targets", "", "| target | measured | |", "| --- | --- | --- |"]
+    lines += [f"| {target} | {measured} | {'met' if met else '**missed**'} |" for target, measured, met in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""The provider client's sockets, on asyncio's own transports.
+
+The openai client talks HTTP through httpx2 and httpcore2, which read their
+sockets through anyio: every read enters a cancel scope and registers the
+socket with the selector again. For a stream of small server-sent events
+that is most of the cost of a token. This network backend reads with an
+asyncio protocol instead, which buffers whatever arrived and wakes the
+reader once; HTTP itself (h11, pooling, TLS through `loop.start_tls`,
+timeouts, errors) stays httpcore2's. Measured in bench/: about half the CPU
+per streamed chunk.
+
+httpx2 offers no argument for a network backend, so `install` sets the
+connection pool's; the versions are pinned and a test checks it is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore2
+import httpx2
+from httpcore2._backends.base import AsyncNetworkBackend, AsyncNetworkStream
+
+
+class _Protocol(asyncio.Protocol):
+    """Buffers what arrives and wakes the one reader waiting for it."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.closed = False
+        self.error: BaseException | None = None
+        self.reader: asyncio.Future | None = None
+        self.paused = False
+        self.writer: asyncio.Future | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        _wake(self.reader)
+
+    def eof_received(self) -> bool:
+        self.closed = True
+        _wake(self.reader)
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.error = exc
+        _wake(self.reader)
+        _wake(self.writer)
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        _wake(self.writer)
+
+
+def _wake(future: asyncio.Future | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
+
+
+class _Stream(AsyncNetworkStream):
+    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        protocol = self._protocol
+        if not protocol.buffer and not protocol.closed:
+            protocol.reader = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(timeout):
+                    await protocol.reader
+            except TimeoutError:
+                raise httpcore2.ReadTimeout("timed out reading from the provider") from None
+            finally:
+                protocol.reader = None
+        if protocol.buffer:
+            data = bytes(protocol.buffer[:max_bytes])
+            del protocol.buffer[:max_bytes]
+            return data
+        if protocol.error is not None:
+            raise httpcore2.ReadError(str(protocol.error))
+        return b""  # the server closed the connection
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        if self._transport.is_closing():
+            raise httpcore2.WriteError("the connection is closed")
+        self._transport.write(buffer)
+        protocol = self._protocol
+        if protocol.paused and not protocol.closed:
+            protocol.writer = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(timeout):
+                    await protocol.writer
+            except TimeoutError:
+                raise httpcore2.WriteTimeout("timed out writing to the provider") from None
+            finally:
+                protocol.writer = None
+
+    async def aclose(self) -> None:
+        self._transport.close()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            transport = await loop.start_tls(
+                self._transport,
+                self._protocol,
+                ssl_context,
+                server_hostname=server_hostname,
+                ssl_handshake_timeout=timeout,
+            )
+        except TimeoutError:
+            self._transport.close()
+            raise httpcore2.ConnectTimeout("timed out in the TLS handshake") from None
+        except (OSError, ssl.SSLError) as exc:
+            self._transport.close()
+            raise httpcore2.ConnectError(str(exc)) from None
+        return _Stream(transport, self._protocol)
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            # Asked of an idle pooled connection: has the server closed it?
+            return bool(self._protocol.buffer) or self._protocol.closed
+        names = {"ssl_object": "ssl_object", "client_addr": "sockname", "server_addr": "peername", "socket": "socket"}
+        return self._transport.get_extra_info(names[info]) if info in names else None
+
+
+class AsyncioBackend(AsyncNetworkBackend):
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[tuple] | None = None,
+    ) -> AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                transport, protocol = await loop.create_connection(
+                    _Protocol, host, port, local_addr=(local_address, 0) if local_address else None
+                )
+        except TimeoutError:
+            raise httpcore2.ConnectTimeout(f"timed out connecting to {host}:{port}") from None
+        except OSError as exc:
+            raise httpcore2.ConnectError(str(exc)) from None
+        sock = transport.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for option in socket_options or ():
+            sock.setsockopt(*option)
+        return _Stream(transport, protocol)
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[tuple] | None = None
+    ) -> AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                transport, protocol = await loop.create_unix_connection(_Protocol, path)
+        except TimeoutError:
+            raise httpcore2.ConnectTimeout(f"timed out connecting to {path}") from None
+        except OSError as exc:
+            raise httpcore2.ConnectError(str(exc)) from None
+        return _Stream(transport, protocol)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def install(client: httpx2.AsyncClient) -> None:
+    """Makes the client's connections (direct or through a proxy) use asyncio's transports."""
+    for transport in [client._transport, *client._mounts.values()]:
+        pool = getattr(transport, "_pool", None)
+        if isinstance(pool, httpcore2.AsyncConnectionPool):
+            pool._network_backend = AsyncioBackend()

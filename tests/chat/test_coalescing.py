@@ -1,0 +1,205 @@
+"""Chunks that arrive together go to the visitor as one delta; chunks that
+arrive apart stay apart, and the first is never held back. The text seen and
+stored is the same however the chunks came."""
+
+import asyncio
+import json
+
+import pytest
+
+from chat.rounds import RoundLoop, Tool
+from tests.provider import DONE, Pause, WaitFor, chunk, finish, text, tool_fragment, usage
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "question"}]
+ROLE = chunk(delta={"role": "assistant", "content": ""})
+
+
+def together(*chunks) -> bytes:
+    """Several SSE events written at once: one step of the script, one network read."""
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+
+
+class Sink:
+    """Records each delta and when it came."""
+
+    def __init__(self):
+        self.deltas = []
+        self.times = []
+        self.tools = []
+        self.got_text = asyncio.Event()
+
+    async def delta(self, text):
+        self.deltas.append(text)
+        self.times.append(asyncio.get_running_loop().time())
+        self.got_text.set()
+
+    async def tool(self, name, status):
+        self.tools.append((name, status))
+
+    async def round_ended(self, rnd):
+        pass
+
+    @property
+    def text(self):
+        return "".join(self.deltas)
+
+
+async def search(query):
+    return {"articles": [{"id": 1, "title": f"About {query}", "url": "/help/x/", "snippet": "..."}]}
+
+
+SEARCH = Tool("search_help_center", "Search.", {"type": "object", "properties": {}}, search)
+
+
+async def run(open_stream, tools=()):
+    sink = Sink()
+    loop = RoundLoop(open_stream, list(tools), sink, 5)
+    outcome = await loop.run(MESSAGES)
+    assert sink.text == loop.text
+    return outcome, loop, sink
+
+
+async def test_chunks_that_arrive_together_are_one_delta(provider, open_stream):
+    provider.queue([ROLE, together(text("Hello"), text(", "), text("world"), text("!")), finish("stop"), DONE])
+    outcome, loop, sink = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.deltas == ["Hello, world!"]
+    assert loop.rounds[0].content == "Hello, world!"
+
+
+async def test_chunks_that_arrive_apart_stay_apart(provider, open_stream):
+    provider.queue([ROLE, text("One"), Pause(0.1), text(" two"), Pause(0.1), text(" three"), finish("stop"), DONE])
+    outcome, _, sink = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.deltas == ["One", " two", " three"]
+
+
+async def test_together_then_apart(provider, open_stream):
+    provider.queue(
+        [
+            together(ROLE, text("A"), text("B")),
+            Pause(0.1),
+            text("C"),
+            Pause(0.1),
+            together(text("D"), text("E"), finish("stop"), usage(4, 5)),
+            DONE,
+        ]
+    )
+    outcome, loop, sink = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.deltas == ["AB", "C", "DE"]
+    assert (loop.rounds[0].usage.input_tokens, loop.rounds[0].usage.output_tokens) == (4, 5)
+
+
+async def test_a_whole_answer_in_one_read(provider, open_stream):
+    provider.queue([together(ROLE, text("All "), text("at "), text("once."), finish("stop"), usage(9, 3)) + DONE])
+    outcome, loop, sink = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.deltas == ["All at once."]
+    assert loop.rounds[0].finish_reason == "stop"
+    assert loop.rounds[0].usage.estimated is False
+
+
+async def test_the_first_delta_is_not_held_back(provider, open_stream):
+    release = asyncio.Event()
+    provider.queue([ROLE, text("First"), WaitFor(release), text(" second"), finish("stop"), DONE])
+    sink = Sink()
+    loop = RoundLoop(open_stream, [], sink, 5)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    try:
+        async with asyncio.timeout(2):
+            await sink.got_text.wait()
+        assert sink.deltas == ["First"]
+        assert not task.done()
+    finally:
+        release.set()
+    outcome = await asyncio.wait_for(task, 5)
+    assert outcome.status == "completed"
+    assert sink.deltas == ["First", " second"]
+
+
+async def test_the_first_delta_comes_before_a_long_pause_ends(provider, open_stream):
+    pause = 0.6
+    provider.queue([ROLE, text("Thinking"), Pause(pause), text(" done."), finish("stop"), DONE])
+    outcome, _, sink = await run(open_stream)
+    finished = asyncio.get_running_loop().time()
+    assert outcome.status == "completed"
+    assert sink.deltas == ["Thinking", " done."]
+    assert finished - sink.times[0] >= pause * 0.8, "the first delta waited for the pause"
+
+
+PIECES = ["Paste ", "the ", "widget ", "snippet ", "before ", "</body>", ".\n\n", "Smile \ud83d", "\ude00 ", "done.\n"]
+
+
+@pytest.mark.parametrize("arrival", ["together", "apart", "pairs"])
+async def test_the_text_is_the_same_however_it_arrives(provider, open_stream, arrival):
+    chunks = [text(piece) for piece in PIECES]
+    if arrival == "together":
+        steps = [together(*chunks)]
+    elif arrival == "apart":
+        steps = [step for c in chunks for step in (c, Pause(0.02))]
+    else:
+        steps = [together(*chunks[i : i + 2]) for i in range(0, len(chunks), 2)]
+    provider.queue([ROLE, *steps, finish("stop"), usage(30, 12), DONE])
+    outcome, loop, sink = await run(open_stream)
+    assert outcome.status == "completed"
+    expected = "Paste the widget snippet before </body>.\n\nSmile \U0001f600 done.\n"
+    assert sink.text == loop.text == loop.rounds[0].content == expected
+    if arrival == "together":
+        # One delta, and the trailing whitespace held back until the turn's end.
+        assert sink.deltas == [expected.rstrip(), "\n"]
+    elif arrival == "apart":
+        assert len(sink.deltas) >= len(PIECES) - 2
+
+
+async def test_an_emoji_split_between_chunks_of_one_read_is_whole(provider, open_stream):
+    provider.queue([together(text("Smile \ud83d"), text("\ude00!")), finish("stop"), DONE])
+    _, _, sink = await run(open_stream)
+    assert sink.deltas == ["Smile \U0001f600!"]
+
+
+async def test_narration_and_tool_call_in_one_read_then_the_answer(provider, open_stream):
+    provider.queue(
+        [
+            together(
+                ROLE,
+                text("Let me "),
+                text("check.\n"),
+                tool_fragment(0, "c1", "search_help_center", '{"query": '),
+                tool_fragment(0, arguments='"widget"}'),
+                finish("tool_calls"),
+                usage(10, 8),
+            )
+            + DONE
+        ],
+        [together(ROLE, text("\n"), text("Found "), text("it.")), finish("stop"), DONE],
+    )
+    outcome, loop, sink = await run(open_stream, [SEARCH])
+    assert outcome.status == "completed"
+    assert sink.deltas == ["Let me check.", "\n\nFound it."]
+    assert sink.tools == [("search_help_center", "started"), ("search_help_center", "finished")]
+    assert loop.rounds[0].tool_calls[0].arguments == '{"query": "widget"}'
+    assert json.loads(provider.requests[1].body["messages"][-1]["content"])["articles"][0]["title"] == "About widget"
+
+
+# --- what arrived with a fault in the same read --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "code"),
+    [(together({"error": {"message": "overloaded"}}), "provider_error"), (b"data: {oops\n\n", "bad_stream")],
+    ids=["error-object", "not-json"],
+)
+async def test_text_that_arrived_with_a_fault_is_kept(provider, open_stream, fault, code):
+    provider.queue([ROLE, Pause(0.05), together(text("Partial"), text(" answer")) + fault])
+    outcome, loop, sink = await run(open_stream)
+    assert (outcome.status, outcome.error) == ("failed", code)
+    assert sink.text == loop.rounds[0].content == "Partial answer"
+
+
+async def test_a_broken_tail_in_the_same_read_as_the_finish(provider, open_stream):
+    provider.queue([ROLE, Pause(0.05), together(text("All said."), finish("stop"), usage(9, 3), {"error": "late"})])
+    outcome, loop, sink = await run(open_stream)
+    assert outcome.status == "completed"
+    assert sink.text == "All said."
+    assert loop.rounds[0].usage.output_tokens == 3
