@@ -37,6 +37,7 @@ OFFLINE_BASE_URL = "http://offline.kookee.invalid/v1"
 RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}  # and any other 5xx
 MAX_RETRY_AFTER_SECONDS = 10.0
 DRAIN_SECONDS = 1.0  # at most this long to read what follows [DONE]
+JSON: dict[str, Any] = {"headers": {"Content-Type": "application/json"}}
 CONNECTION_LIMITS = httpx2.Limits(max_connections=2000, max_keepalive_connections=2000, keepalive_expiry=30)
 
 # One client per event loop: its connection pool belongs to the loop that
@@ -66,6 +67,7 @@ async def open_stream(
     if tools:
         body |= {"tools": tools, "tool_choice": tool_choice}
     body[_limit_parameter()] = settings.KOOKEE_MAX_OUTPUT_TOKENS
+    encoded = fastjson.dumps(body).encode()  # once, for every attempt
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT
     for attempt in range(settings.KOOKEE_PROVIDER_RETRIES + 1):
@@ -73,7 +75,9 @@ async def open_stream(
             async with asyncio.timeout_at(deadline):
                 # The client's documented way to a raw, unread response; a
                 # status >= 400 still raises its APIStatusError.
-                response = await _client().post("/chat/completions", cast_to=httpx2.Response, body=body, stream=True)
+                response = await _client().post(
+                    "/chat/completions", cast_to=httpx2.Response, content=encoded, options=JSON, stream=True
+                )
             return Stream(response, deadline)
         except TimeoutError:
             raise StreamError("provider_timeout", "no answer before the first-token timeout") from None

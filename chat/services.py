@@ -41,6 +41,9 @@ The help center has these articles:
 {overview}"""
 
 
+ACTIVITY_RESOLUTION = timedelta(minutes=1)
+
+
 class Refused(Exception):
     """The visitor's key is known and no longer good (a widget token that is
     forged, idle or revoked; a revoked session; a conversation taken away
@@ -170,7 +173,9 @@ def start_turn(
     if conversation_id is None:
         conversation = Conversation.objects.create(visitor_hash=visitor.hash)
     else:
-        conversation = Conversation.objects.select_for_update().only("visitor_hash").get(pk=conversation_id)
+        conversation = (
+            Conversation.objects.select_for_update().only("visitor_hash", "updated_at").get(pk=conversation_id)
+        )
         if conversation.visitor_hash != visitor.hash:
             raise Refused  # started over or erased since this tab connected
     check_turn_allowed(visitor, conversation.id)
@@ -187,7 +192,10 @@ def start_turn(
         client_network=visitor.network,
         heartbeat_at=timezone.now(),
     )
-    conversation.save(update_fields=["updated_at"])
+    if conversation.updated_at < timezone.now() - ACTIVITY_RESOLUTION:
+        # Last activity is shown to the minute and idles widgets in days:
+        # turns back to back need not write it each time.
+        conversation.save(update_fields=["updated_at"])
     messages = [{"role": "system", "content": _system_prompt()}]
     for asked, answered in reversed(earlier):
         messages.append({"role": "user", "content": asked})

@@ -160,7 +160,7 @@ KOOKEE_TURNS_PER_MINUTE = env.int("KOOKEE_TURNS_PER_MINUTE", default=10)
 KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = env.int("KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS", default=60)
 # The site's and each network's tokens today are summed from the ledger at
 # most this often per process (plus what the process bills meanwhile).
-KOOKEE_BUDGET_CACHE_SECONDS = env.float("KOOKEE_BUDGET_CACHE_SECONDS", default=5.0)
+KOOKEE_BUDGET_CACHE_SECONDS = env.float("KOOKEE_BUDGET_CACHE_SECONDS", default=30.0)
 KOOKEE_TOKENS_PER_CONVERSATION = env.int("KOOKEE_TOKENS_PER_CONVERSATION", default=500_000)
 KOOKEE_TOKENS_PER_DAY = env.int("KOOKEE_TOKENS_PER_DAY", default=20_000_000)
 # Daily token budgets that a new cookie or widget token does not reset: per
