@@ -2,6 +2,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# daphne by default; `make run SERVER=uvicorn` for the cheaper option (docs/benchmarks.md).
+SERVER ?= daphne
+SERVE_daphne = $(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
+SERVE_uvicorn = $(VENV)/bin/uvicorn --host $(HOST) --port $(PORT) --lifespan on --no-access-log kookee.asgi:application
 
 .PHONY: run superuser test format bench load clean chromium screenshots
 
@@ -20,7 +24,7 @@ run: $(VENV)/installed
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py close_stale_turns
 	$(PY) manage.py purge_expired
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
+	$(SERVE_$(SERVER))
 
 superuser: export DJANGO_DEBUG ?= true
 superuser: $(VENV)/installed

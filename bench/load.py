@@ -159,6 +159,7 @@ async def main(visitors: int, turns: int) -> int:
     env = {
         "KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS": "1000000",  # every visitor here is 127.0.0.1
         "KOOKEE_TURNS_PER_MINUTE": "1000",
+        "KOOKEE_SOCKETS_PER_NETWORK": "100000",  # one network, many visitors
     }
     with tempfile.TemporaryDirectory() as tmp, daphne(Path(tmp), **env) as (address, database, server):
         cookies = [await asyncio.to_thread(_session_cookie, address) for _ in range(visitors)]

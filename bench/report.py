@@ -93,7 +93,7 @@ def _headline() -> str:
         )
     stops = load("stop_latency")
     if stops:
-        p99 = stops["provider_closed"]["p99_ms"] if "provider_closed" in stops else None
+        p99 = stops["to_provider"]["p99"]
         if p99 is not None:
             rows.append(("Stop to provider request closed, unloaded: p99 under 20 ms", f"{p99:.1f} ms", p99 < 20))
     if 200 in app and app[200]["stop_ms"]:
@@ -112,8 +112,8 @@ def _headline() -> str:
         extra = redis[0]["cpu_ms_per_turn"] / app[200]["cpu_ms_per_turn"] - 1
         rows.append(("With REDIS_URL set, at most 20% more CPU per turn", f"{extra:+.0%}", extra <= 0.2))
     soak = load("soak")
-    if soak and soak.get("slope_last_half_mb_per_1000") is not None:
-        slope = soak["slope_last_half_mb_per_1000"]
+    if soak and soak.get("mb_per_1000_last_half") is not None:
+        slope = soak["mb_per_1000_last_half"]
         rows.append(
             (
                 "Memory levels off in a 10-minute soak at 60 visitors",

@@ -107,7 +107,10 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # redis-py's default read timeout (5 s) is the layer's blocking
+            # pop (5 s): an idle socket's receive loop timed out and the
+            # socket died with 1011. Reads must outlast the pop.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
         }
     }
 else:

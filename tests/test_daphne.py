@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import sqlite3
 import urllib.request
 from pathlib import Path
@@ -245,3 +247,28 @@ async def test_sigterm_stops_saves_and_bills_running_turns(tmp_path, slow_provid
                 pass
     assert _stored(database, turn_id) == ("interrupted", 1, visitor.text_of(turn_id), 1, 1)
     assert slow_provider.requests[0].hung_up_early
+
+
+async def test_an_idle_socket_outlives_the_redis_layers_blocking_pop(tmp_path):
+    """With REDIS_URL, each consumer listens on the channel layer with a
+    5 s blocking pop; a read timeout no longer than it killed idle sockets."""
+    redis_url = "redis://127.0.0.1:6379/14"
+    if not _listening(6379):
+        if os.environ.get("CI"):
+            pytest.fail("CI runs with Redis on 127.0.0.1:6379")
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    with daphne(tmp_path, REDIS_URL=redis_url, KOOKEE_OFFLINE_FIRST_TOKEN_MS="50") as (address, database, _):
+        cookie = _session_cookie(address)
+        async with _connect(address, cookie) as socket:
+            visitor = Visitor(socket)
+            await asyncio.sleep(7)  # idle past the pop and redis-py's default read timeout
+            turn = (await visitor.ask("hi"))["turn_id"]
+            ended = await visitor.receive_until("turn.ended")
+            assert ended["status"] == "completed"
+            assert _stored(database, turn)[0] == "completed"
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
