@@ -160,9 +160,9 @@ def run(
         with servers(env, 1) as (addresses, _):
             record_scripts(addresses[0], scripts)
         for visitors in levels:
-            with servers(env, processes, server, extra_args) as (addresses, procs):
-                paths = ["/ws/chat/", "/ws/bare/"] if bare else ["/ws/chat/"]
-                for path in paths:
+            # A fresh server for each path, so that each one's memory is its own.
+            for path in ["/ws/chat/", "/ws/bare/"] if bare else ["/ws/chat/"]:
+                with servers(env, processes, server, extra_args) as (addresses, procs):
                     row = measure(
                         addresses,
                         procs,
@@ -289,6 +289,15 @@ def section(sweep: list[dict[str, Any]], charts: Path) -> str:
             f" {_value(b, 'kb_per_connection', ' KB')} | {a['client_cpu_percent']:.0f}% |"
             f" {a['errors'] + b.get('errors', 0)} |"
         )
+    if len(app) >= 2:
+        low, high = min(app), max(app)
+        marginal = 1024 * (app[high]["rss_mb"] - app[low]["rss_mb"]) / (high - low)
+        lines += [
+            "",
+            "Memory per connection is the server's growth over its idle size at start, divided by the visitors,"
+            f" so it includes the process's own warm-up; from {low} to {high} visitors the app grew by"
+            f" {marginal:.0f} KB per further visitor.",
+        ]
     bends = {name: _bend(rows) for name, rows in (("app", app), ("bare relay", bare))}
     lines += [
         "",

@@ -89,6 +89,17 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / '
 # closing a connection for each of its calls cost more than the queries.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DJANGO_CONN_MAX_AGE", default=600)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Under ASGI each request's sync code runs in a thread of its own, and a
+    # persistent connection stays with its thread: 300 page loads at once
+    # opened 300 connections ("too many clients", HTTP 500). A pool bounds
+    # them and lends one per unit of work instead.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 2,
+        "max_size": env.int("KOOKEE_DB_POOL_SIZE", default=10),
+        "timeout": 20,
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Turns write from worker threads while pages read: wait for the lock
     # rather than fail, take it up front (no upgrade deadlocks), and let

@@ -4,6 +4,7 @@ the session cookie from GET /, and the database checked afterwards."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import socket
@@ -272,3 +273,36 @@ def _listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+async def test_many_page_loads_at_once_on_postgresql_stay_within_its_connections(tmp_path):
+    """Under ASGI each request's sync code runs in a thread of its own; with
+    persistent connections, 150 page loads at once opened 150 connections,
+    past PostgreSQL's 100: "too many clients", HTTP 500. The pool bounds them."""
+    if not _listening(5432):
+        if os.environ.get("CI"):
+            pytest.fail("CI runs with PostgreSQL on 127.0.0.1:5432")
+        pytest.skip("no PostgreSQL on 127.0.0.1:5432")
+    import psycopg
+
+    name = f"kookee_pool_{os.getpid()}"
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        url = f"postgres://postgres@127.0.0.1:5432/{name}"
+        with daphne(tmp_path, DATABASE_URL=url) as (address, _, _):
+            with concurrent.futures.ThreadPoolExecutor(150) as threads:
+                statuses = list(await asyncio.to_thread(threads.map, _status, [address] * 150))
+            assert statuses == [200] * 150
+    finally:
+        with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _status(address: str) -> int | str:
+    try:
+        with urllib.request.urlopen(f"http://{address}/", timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
