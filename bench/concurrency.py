@@ -316,6 +316,15 @@ def section(sweep: list[dict[str, Any]], charts: Path) -> str:
             f" Errors: {at_200['errors']}.",
             "",
         ]
+    failed = {kind: n for r in sweep for kind, n in r["error_kinds"].items()}
+    if failed:
+        lines += [
+            "Errors, all levels: "
+            + ", ".join(f"{n} x {kind}" for kind, n in failed.items())
+            + " (visitors whose socket could not open: a saturated server does not finish the WebSocket handshake"
+            " in time; `make load` checks every turn's invariants under load).",
+            "",
+        ]
     lines += ["![First delta p99 and CPU per character against visitors](benchmarks/concurrency.png)", ""]
     variants = _load("concurrency_variants")
     stretch = _load("concurrency_stretch")
@@ -347,6 +356,23 @@ def section(sweep: list[dict[str, Any]], charts: Path) -> str:
             *[f"| {name} | {share:.1%} |" for name, share in categorize(profile) if share >= 0.005],
             "",
         ]
+        shares = dict(categorize(profile))
+        database = sum(share for name, share in shares.items() if name.startswith("database"))
+        client = sum(share for name, share in shares.items() if name.startswith("provider"))
+        if at_200 and bare_200:
+            per_second = at_200["turns"] / at_200["seconds"]
+            lines += [
+                f"At 200 visitors the app ran {per_second:.0f} turns a second at {at_200['cpu_ms_per_turn']:.1f} ms"
+                f" of CPU each, where the bare relay spends {bare_200['cpu_ms_per_turn']:.1f} ms sending the same"
+                f" frames: a whole core. The difference is the turn's own work: the database ({database:.0%} of the"
+                f" samples: Django's ORM building and reading the queries of a turn's three round trips, on one"
+                f" thread, behind one another) and the provider client ({client:.0%}: the openai client's request,"
+                " httpx2 and h11 reading the stream). Python runs one thread at a time, so the database thread and"
+                " the event loop share that core. The levers left are fewer queries per turn (limits kept in"
+                " memory or Redis, the tool round written with the end), a leaner HTTP client than openai's for"
+                " streaming, and more processes: per process, about 100 such visitors.",
+                "",
+            ]
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), dpi=100)
     for name, rows in (("app", app), ("bare relay", bare)):
         levels = sorted(rows)

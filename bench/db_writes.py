@@ -157,13 +157,16 @@ def section(results: list[dict[str, Any]], charts: Path) -> str:
     for row in results:
         by_kind.setdefault(row["tools"], []).append(row)
     steady = all(len({r["turn_writes"] for r in rows}) == 1 for rows in by_kind.values())
-    lines += [
-        "",
+    verdict = (
         "The turn's own writes are the same at every length"
         if steady
-        else "**The turn's own writes change with the answer's length**",
-        ": the turn and its conversation, one generation per round (its tool calls in the same"
-        " transaction), the final text, status and ledger entry. Nothing is written per token.",
+        else "**The turn's own writes change with the answer's length**"
+    )
+    lines += [
+        "",
+        verdict + ": the turn (and, at a visitor's first message, its conversation), one generation per round"
+        " (its tool calls in the same transaction), the final text and status, and the ledger entry. Nothing is"
+        " written per token.",
         "",
         "![Writes per turn against answer length](benchmarks/db_writes.png)",
         "",
