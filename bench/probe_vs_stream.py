@@ -22,6 +22,7 @@ see, and total time. Medians go to bench/results/probe_vs_stream.json, and
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -86,19 +87,13 @@ async def _search_help_center(query: str) -> dict[str, Any]:
     return SEARCH_RESULT
 
 
-SEARCH_TOOL = Tool(
-    name="search_help_center",
-    description=(
-        "Search the published help-center articles. Returns the best matches "
-        "(id, title, url, snippet), best first. Use it for any question about the product."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"query": {"type": "string", "description": "What to look for."}},
-        "required": ["query"],
-    },
-    run=_search_help_center,
-)
+def search_tool() -> Tool:
+    """The product's search tool (its name, description and parameters, as
+    the model sees them), answering with a fixed result so both loops get
+    the same one. After Django's set-up: chat.tools reads the database."""
+    from chat.tools import SEARCH_HELP_CENTER
+
+    return dataclasses.replace(SEARCH_HELP_CENTER, run=_search_help_center)
 
 
 def system_prompt() -> str:
@@ -128,7 +123,8 @@ async def probe_then_stream(client: Any, messages: list[dict[str, Any]], max_rou
     asking for tools, then the same request again, streamed."""
     start = time.perf_counter()
     messages = list(messages)
-    specs = [SEARCH_TOOL.spec()]
+    tool = search_tool()
+    specs = [tool.spec()]
     calls, input_tokens, output_tokens = 0, 0, 0
     for _ in range(max_rounds):
         completion = await client.chat.completions.create(
@@ -156,7 +152,7 @@ async def probe_then_stream(client: Any, messages: list[dict[str, Any]], max_rou
             }
         )
         for call in message.tool_calls:
-            result = await SEARCH_TOOL.run(**json.loads(call.function.arguments))
+            result = await tool.run(**json.loads(call.function.arguments))
             messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
     else:
         raise RuntimeError("the probes never stopped asking for tools")
@@ -204,7 +200,7 @@ async def stream_every_round(messages: list[dict[str, Any]], max_rounds: int) ->
 
     start = time.perf_counter()
     sink = _Sink()
-    loop = RoundLoop(chat_provider.open_stream, [SEARCH_TOOL], sink, max_rounds)
+    loop = RoundLoop(chat_provider.open_stream, [search_tool()], sink, max_rounds)
     outcome = await loop.run(messages)
     if outcome.status != COMPLETED:
         raise RuntimeError(f"our loop ended {outcome.status}: {outcome.error} {outcome.detail}")
