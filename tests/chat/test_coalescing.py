@@ -8,6 +8,7 @@ import json
 import pytest
 
 from chat.rounds import RoundLoop, Tool
+from tests.chat.test_rounds import Sink as RecordingSink
 from tests.provider import DONE, Pause, WaitFor, chunk, finish, text, tool_fragment, usage
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "question"}]
@@ -19,29 +20,16 @@ def together(*chunks) -> bytes:
     return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
 
 
-class Sink:
+class Sink(RecordingSink):
     """Records each delta and when it came."""
 
     def __init__(self):
-        self.deltas = []
+        super().__init__()
         self.times = []
-        self.tools = []
-        self.got_text = asyncio.Event()
 
     async def delta(self, text):
-        self.deltas.append(text)
         self.times.append(asyncio.get_running_loop().time())
-        self.got_text.set()
-
-    async def tool(self, name, status):
-        self.tools.append((name, status))
-
-    async def round_ended(self, rnd):
-        pass
-
-    @property
-    def text(self):
-        return "".join(self.deltas)
+        await super().delta(text)
 
 
 async def search(query):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from chat import provider as provider_module
 from chat.provider import EventParser
 from chat.rounds import RoundLoop, StreamError, Tool
+from tests.chat.test_rounds import Sink
 from tests.provider import (
     DONE,
     Pause,
@@ -463,25 +464,6 @@ async def keep_alive(settings):
     settings.KOOKEE_PROVIDER_RETRIES = 0
     yield server
     await server.stop()
-
-
-class Sink:
-    def __init__(self):
-        self.deltas = []
-        self.tools = []
-
-    async def delta(self, text):
-        self.deltas.append(text)
-
-    async def tool(self, name, status):
-        self.tools.append((name, status))
-
-    async def round_ended(self, rnd):
-        pass
-
-    @property
-    def text(self):
-        return "".join(self.deltas)
 
 
 async def two_round_turn():
