@@ -138,6 +138,8 @@ class _Stream(AsyncNetworkStream):
 
 
 class AsyncioBackend(AsyncNetworkBackend):
+    """TCP only: the provider client is never given a Unix socket (`uds`)."""
+
     async def connect_tcp(
         self,
         host: str,
@@ -160,19 +162,6 @@ class AsyncioBackend(AsyncNetworkBackend):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for option in socket_options or ():
             sock.setsockopt(*option)
-        return _Stream(transport, protocol)
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[tuple] | None = None
-    ) -> AsyncNetworkStream:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(timeout):
-                transport, protocol = await loop.create_unix_connection(_Protocol, path)
-        except TimeoutError:
-            raise httpcore2.ConnectTimeout(f"timed out connecting to {path}") from None
-        except OSError as exc:
-            raise httpcore2.ConnectError(str(exc)) from None
         return _Stream(transport, protocol)
 
     async def sleep(self, seconds: float) -> None:
