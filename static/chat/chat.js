@@ -3,6 +3,11 @@
 // server stored (on every connect: after a drop, the truth about an answer
 // that was in flight comes from there, not from what this page guessed),
 // and {"type": "forget"} to start over.
+//
+// A conversation may be open in several tabs: each shows the running turn
+// live, whichever tab asked, and a tab that connects while it runs (a
+// reload, a second tab, a reconnect) is resumed from the text so far
+// (turn.resume), then follows its numbered frames (seq).
 import { renderInto } from "./markdown.js";
 
 const root = document.getElementById("chat");
@@ -18,11 +23,20 @@ const embedded = root.dataset.embedded === "true";
 
 const TOOL_LABELS = { search_help_center: "Searching the help center…" };
 const ENDINGS = {
-  interrupted: "Stopped.",
+  interrupted: "Interrupted.", // no reason known: a turn saved before reasons were
   dropped: "Interrupted: the connection dropped while this answer was being written.",
   truncated: "Cut off: the answer reached its length limit.",
   failed: "Something went wrong with this answer.",
 };
+// Why an interrupted answer stopped (the `reason` of turn.ended and history).
+const STOP_REASONS = {
+  stopped: "Stopped.", // a Stop, from this tab or another of the visitor's
+  left: "This answer stopped when the page was closed.",
+  shutdown: "The server restarted while this answer was being written.",
+  process_lost: "The connection to the server was lost while this answer was being written.",
+};
+const SAID_EVEN_IF_DROPPED = new Set(["stopped", "shutdown"]);
+const STILL_WRITING = "This answer was still being written when we last heard from the server. Checking again…";
 const MAX_BACKOFF_MS = 10000;
 const TOO_MANY_BACKOFF_MS = [30000, 300000]; // first and longest wait after a 4429
 const WAKE_GAP_MS = 3000; // at most one reconnection on activity this often
@@ -45,9 +59,11 @@ let reconnectTimer = null;
 let outbox = []; // frames sent while dormant: they go once the socket is ready
 let notice = ""; // said once the socket is ready
 let restarting = false; // the visitor asked to start over
-let current = null; // the answer streaming now
+let current = null; // the answer streaming now, shown live
 let pending = null; // {text, sent, dropped}: asked, neither started (turn.started) nor refused yet
 let recheck = null; // timer: a dropped answer the server had not closed yet
+let held = []; // turn frames that came before this socket's first history: applied after it
+let looked = false; // this socket's history has answered once already
 let loadingEarlier = false;
 const views = new Map(); // turn id -> the turn on screen
 
@@ -112,22 +128,33 @@ function bubble(role, before) {
   return { item, body };
 }
 
-function addUser(text, before) {
-  const follow = nearBottom();
-  const { item, body } = bubble("user", before);
-  body.textContent = text;
-  keepScrolled(follow);
-  return item;
+// Turns are shown in the order they were asked, whichever way they came
+// (a history page, a resume, another tab's turn): before the first later one.
+function placeFor(turnId) {
+  let next = null;
+  for (const view of views.values()) if (view.turnId > turnId && (!next || view.turnId < next.turnId)) next = view;
+  return next ? next.user : null;
 }
 
 // `before`: the element to insert the turn before (an earlier page), or null.
-function addTurn(turnId, userText, before = null) {
-  const user = addUser(userText, before);
+function addTurn(turnId, userText, before = placeFor(turnId)) {
+  const follow = nearBottom();
+  const user = bubble("user", before).item;
   const { item, body } = bubble("assistant", before);
-  const view = { turnId, userText, user, item, body, text: "", status: "streaming", frame: 0, dropped: false };
+  const view = { turnId, userText: "", user, item, body, text: "", status: "streaming", frame: 0, dropped: false, seq: 0 };
   item.dataset.turnId = turnId;
   views.set(turnId, view);
+  setUserText(view, userText);
+  keepScrolled(follow);
   return view;
+}
+
+function setUserText(view, text) {
+  view.userText = text;
+  view.user.querySelector(".message__text").textContent = text;
+  // A turn asked in another tab comes without its question: hidden until
+  // the history brings it, rather than an empty bubble.
+  view.user.hidden = !text;
 }
 
 function setText(view, text, now = false) {
@@ -163,22 +190,28 @@ function showTool(view, name, status) {
   view.tool.hidden = status === "failed";
 }
 
-function setNote(view, text, retry = false) {
-  view.note?.remove();
-  view.note = null;
+// `action`: the label of a button that asks the turn's question again
+// ("Retry" a failure, "Continue" an interrupted answer), or "".
+function setNote(view, text, action = "") {
+  view.end?.remove();
+  view.end = view.note = null;
   if (!text) return;
+  view.end = document.createElement("div");
+  view.end.className = "message__end";
   view.note = document.createElement("p");
   view.note.className = "message__note";
   view.note.textContent = text;
-  if (retry) {
+  view.end.append(view.note);
+  if (action) {
     const again = document.createElement("button");
     again.type = "button";
     again.className = "message__retry";
-    again.textContent = "Retry";
+    again.textContent = action;
+    again.disabled = !canAsk();
     again.addEventListener("click", () => ask(view.userText));
-    view.note.append(" ", again);
+    view.end.append(again);
   }
-  view.item.append(view.note);
+  view.item.append(view.end);
 }
 
 function showSources(view, sources) {
@@ -202,28 +235,69 @@ function showSources(view, sources) {
     list.append(entry);
   }
   nav.append(title, list);
-  view.item.insertBefore(nav, view.note || null);
+  view.item.insertBefore(nav, view.end || null);
   view.sources = nav;
 }
 
 // Shows how a turn ended. `text` is the server's, when it is known.
-function finish(view, { status, text, sources, message }) {
+function finish(view, { status, text, sources, message, reason = null }) {
   setText(view, text ?? view.text, true);
+  if (view === current) current = null; // before the note: its button may ask again
   view.status = status;
+  view.reason = reason ?? null;
   view.item.dataset.status = status;
   view.item.removeAttribute("aria-busy");
   if (view.tool) view.tool.hidden = true;
   showSources(view, sources);
-  // The server stores one status for both; this page knows if it saw the drop.
-  if (status === "interrupted") setNote(view, view.dropped ? ENDINGS.dropped : ENDINGS.interrupted);
-  else if (status === "failed") setNote(view, message || ENDINGS.failed, true);
+  if (status === "interrupted") setNote(view, interruption(view, reason), "Continue");
+  else if (status === "failed") setNote(view, message || ENDINGS.failed, "Retry");
   else setNote(view, ENDINGS[status] || "");
-  if (view === current) current = null;
+}
+
+// A lost connection that this page saw itself is told as the visitor saw
+// it: the server only saw every tab leave ("left"), or a process die. A
+// Stop (from whichever tab) or a restart is told as such, drop or not.
+function interruption(view, reason) {
+  if (view.dropped && !SAID_EVEN_IF_DROPPED.has(reason)) return ENDINGS.dropped;
+  return STOP_REASONS[reason] || ENDINGS.interrupted;
 }
 
 function showTurn(turn, before = null) {
   const view = addTurn(turn.turn_id, turn.user_text, before);
-  finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources });
+  finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources, reason: turn.reason });
+}
+
+// The turn running now, from this tab's question, another tab's (the frame
+// does not carry its question: the history does), or found running on
+// connecting (a resume): shown live, its frames appended from here.
+function goLive(turnId, userText = "") {
+  if (current?.turnId === turnId) return current; // a resync: the resume replaces the text
+  const view = views.get(turnId) || addTurn(turnId, userText);
+  if (!view.userText && userText) setUserText(view, userText);
+  if (!view.userText) send({ type: "history" });
+  view.status = "streaming";
+  view.reason = null;
+  delete view.item.dataset.status;
+  view.item.setAttribute("aria-busy", "true");
+  view.dropped = false; // back in time: the answer goes on
+  view.seq = 0;
+  setNote(view, "");
+  showSources(view, null);
+  current = view;
+  return view;
+}
+
+// The live turn's view, for a frame that is new: null for another turn's
+// frame, or one already seen (a seq not past the last one's, as when a
+// resume overtook it).
+function freshFrame(frame) {
+  const view = views.get(frame.turn_id);
+  if (!view || view !== current) return null;
+  if (typeof frame.seq === "number") {
+    if (frame.seq <= view.seq) return null;
+    view.seq = frame.seq;
+  }
+  return view;
 }
 
 function clearLog() {
@@ -274,6 +348,12 @@ function updateControls() {
   button.setAttribute("aria-label", streaming ? "Stop the answer" : "Send your question");
   button.disabled = !usable || (!streaming && pending !== null);
   restartButton.disabled = !usable || views.size === 0;
+  // Retry and Continue ask again: not while a turn runs, in any tab.
+  for (const again of log.querySelectorAll(".message__retry")) again.disabled = !canAsk();
+}
+
+function canAsk() {
+  return (ready || dormant) && !current && !pending;
 }
 
 function setConnection(text, state) {
@@ -294,7 +374,7 @@ function sendSoon(frame) {
 
 function ask(text) {
   text = text.trim();
-  if (!text || !(ready || dormant) || current || pending) return false;
+  if (!text || !canAsk()) return false;
   pending = { text, sent: ready, dropped: false };
   sendSoon({ type: "message", text });
   updateControls();
@@ -309,21 +389,33 @@ function stop() {
 
 const handlers = {
   "turn.started": (frame) => {
-    current = addTurn(frame.turn_id, pending ? pending.text : "");
-    current.item.setAttribute("aria-busy", "true");
-    pending = null;
+    // Our question's turn, or another tab's: then there is no question of
+    // ours on this socket (one still in the outbox will get a busy error).
+    const asked = pending?.sent ? pending.text : "";
+    const view = goLive(frame.turn_id, asked);
+    view.asked = asked;
+    if (asked) pending = null;
     setConnection("", "open");
     updateControls();
   },
+  "turn.resume": (frame) => {
+    // The answer so far, as the server has it: it replaces what this page
+    // had, and the frames up to its seq are in it.
+    const view = goLive(frame.turn_id);
+    view.seq = frame.seq;
+    if (view.tool) view.tool.hidden = true;
+    setText(view, frame.text, true);
+    updateControls();
+  },
   delta: (frame) => {
-    const view = views.get(frame.turn_id);
-    if (view !== current) return;
+    const view = freshFrame(frame);
+    if (!view) return;
     if (view.tool) view.tool.hidden = true;
     setText(view, view.text + frame.text);
   },
   tool: (frame) => {
-    const view = views.get(frame.turn_id);
-    if (view === current) showTool(view, frame.name, frame.status);
+    const view = freshFrame(frame);
+    if (view) showTool(view, frame.name, frame.status);
   },
   error: (frame) => {
     if (frame.turn_id) {
@@ -338,27 +430,45 @@ const handlers = {
       if (!input.value) input.value = pending.text;
       pending = null;
       updateControls();
+    } else if (frame.code === "busy" && current?.asked) {
+      // Another tab's turn started just before our question reached the
+      // server, and its turn.started was taken for ours: the question was
+      // not stored. Give it back; the history tells whose turn this is.
+      if (!input.value) input.value = current.asked;
+      current.asked = "";
+      setUserText(current, "");
+      send({ type: "history" });
     }
   },
   "turn.ended": (frame) => {
     const view = views.get(frame.turn_id);
-    if (view !== current) return;
-    finish(view, { status: frame.status, sources: frame.sources, message: view.message });
+    if (!view || view.status !== "streaming") return;
+    if (view !== current) {
+      // A turn this page only knew from the history, unfollowed (its process
+      // died, and another closed it): the history has what was stored.
+      send({ type: "history" });
+      return;
+    }
+    finish(view, { status: frame.status, sources: frame.sources, message: view.message, reason: frame.reason });
     updateControls();
     if (document.activeElement === button || document.activeElement === document.body) input.focus();
   },
   history: (frame) => {
     if (frame.before) return showEarlier(frame); // an older page, asked for by the visitor
-    if (!ready) becomeReady();
-    reconcile(frame);
+    const first = !ready;
+    if (first) becomeReady();
+    reconcile(frame, looked);
+    looked = true;
+    if (first) for (const early of held.splice(0)) handlers[early.type]?.(early);
     flushOutbox();
   },
 };
 
 // Brings the screen in line with what the server stored, from the latest
 // page of the conversation: turns this page missed (or only half saw,
-// before a drop) are shown as they were saved.
-function reconcile(page) {
+// before a drop) are shown as they were saved. The running turn is left to
+// its live frames. `again`: this socket has had a history before.
+function reconcile(page, again = false) {
   const reaches = !page.more || page.turns.some((turn) => views.has(turn.turn_id));
   // More happened elsewhere than a page holds: start again from this page
   // rather than leave a hole. (On a first look, the log is empty anyway.)
@@ -373,14 +483,18 @@ function reconcile(page) {
       if (pending?.dropped && turn.user_text === pending.text) pending = null; // sent just before a drop
       view = addTurn(turn.turn_id, turn.user_text);
     }
-    if (view === current) continue;
+    if (view.userText !== turn.user_text) setUserText(view, turn.user_text);
+    if (view === current || held.some((frame) => frame.turn_id === turn.turn_id)) continue; // live
     if (turn.status === "streaming") {
-      // Its server has not noticed the drop yet; ask again shortly.
+      // No live frame for it (yet): a resume usually follows a connect at
+      // once; if none has come by the next look, its server may have died
+      // (then it is closed later) or not noticed a drop yet. Ask again shortly.
       stillStreaming = true;
       setText(view, turn.assistant_text, true);
-      setNote(view, "This answer was still being written when we last heard from the server. Checking again…");
-    } else if (view.status !== turn.status || view.text !== turn.assistant_text) {
-      finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources, message: view.message });
+      if (again) setNote(view, STILL_WRITING);
+    } else if (view.status !== turn.status || view.text !== turn.assistant_text || view.reason !== (turn.reason ?? null)) {
+      const ending = { status: turn.status, text: turn.assistant_text, sources: turn.sources, reason: turn.reason };
+      finish(view, { ...ending, message: view.message });
     }
   }
   if (pending?.dropped) {
@@ -415,6 +529,8 @@ function connect() {
   reconnectTimer = null;
   dormant = false;
   lastAttempt = Date.now();
+  held = [];
+  looked = false;
   const ws = new WebSocket(socketUrl());
   let opened = false;
   socket = ws;
@@ -432,7 +548,11 @@ function connect() {
     } catch {
       return;
     }
-    if (socket === ws) handlers[frame.type]?.(frame);
+    if (socket !== ws) return;
+    // Until the history answers, the log is not built (the widget's is
+    // empty): a resume, or another tab's turn, waits for it, in order.
+    if (!ready && frame.type !== "history") held.push(frame);
+    else handlers[frame.type]?.(frame);
   });
   ws.addEventListener("close", (event) => {
     if (socket !== ws) return;
@@ -468,6 +588,7 @@ function closed(code) {
   socket = null;
   ready = false;
   outbox = [];
+  held = [];
   loadingEarlier = false;
   if (code !== REFUSED) restarting = false; // its forget was lost with the socket
   if (pending?.sent) {
