@@ -1,13 +1,16 @@
 """The chat WebSocket: translates frames into turns and turns into frames.
 
-Channels dispatches one frame at a time, so each turn runs in its own task;
-otherwise a `stop` frame would wait for the answer it is meant to stop.
+Channels dispatches one frame at a time, so each turn runs in its own task
+(chat/turns.py); otherwise a `stop` frame would wait for the answer it is
+meant to stop. The socket is one tab of its conversation (chat/hub.py),
+which follows the conversation's turns wherever they run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -15,10 +18,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from chat import fastjson, lifecycle, limits, provider, services, visitors
+from chat import fastjson, hub, lifecycle, limits, services, turns, visitors
 from chat.limits import FrameBudget, LimitReached
 from chat.rounds import storable
-from chat.turns import run_turn
 from chat.visitors import Visitor
 
 logger = logging.getLogger("kookee.consumers")
@@ -37,21 +39,28 @@ CLOSE_FLOOD = 4008
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
+    # No channel per socket: the process's hub listens for all of them, so a
+    # socket costs the channel layer nothing while nobody else watches.
+    channel_layer_alias = "no channel layer"
     visitor: Visitor | None = None
     conversation_id: int | None = None
-    turn_task: asyncio.Task | None = None
     idle_timer: asyncio.TimerHandle | None = None
+    joined: str | None = None  # the visitor whose turns this tab follows (chat/hub.py)
 
     async def __call__(self, scope, receive, send) -> None:
+        self.tab_id = secrets.token_hex(4)
         lifecycle.connections.add(asyncio.current_task())
         try:
             await super().__call__(scope, receive, send)
         finally:
             lifecycle.connections.discard(asyncio.current_task())
-            # The server is shutting down (daphne cancels every connection on
-            # SIGTERM): stop, save and bill the running turn before it exits.
-            await self._cancel_turn()
-            self._forget_socket()
+            await self._forget_socket()
+
+    async def deliver(self, frame: dict[str, Any]) -> None:
+        """A frame of the conversation's turns (from the hub)."""
+        await self.send_json(frame)
+        if frame["type"] == "turn.ended":
+            self._rearm_idle_timer()
 
     async def connect(self) -> None:
         try:
@@ -70,40 +79,45 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.close()
             return
         await self.accept()
-        visitor, self.conversation_id = identity
+        visitor, self.conversation_id, running = identity
         if not limits.sockets.open(visitor):
             await self.close(code=CLOSE_TOO_MANY, reason="Too many open chats.")
             return
         self.visitor = visitor
         self.frames = FrameBudget(settings.KOOKEE_FRAME_BURST, settings.KOOKEE_FRAMES_PER_SECOND)
         self._rearm_idle_timer()
+        # The visitor's turns, in whichever tab they started; one running
+        # now is resumed in this tab.
+        self.joined = visitor.hash
+        await hub.current().join(self, visitor.hash, running)
 
     async def disconnect(self, code: int) -> None:
-        await self._cancel_turn()
-        self._forget_socket()
+        await self._forget_socket()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.visitor is None:
             return  # refused: closing
         self._rearm_idle_timer()
         if not self.frames.take():
-            await self._cancel_turn()  # now, not when the close handshake ends
+            # A flood's turn is stopped now, not when the close handshake ends.
+            await self._stop_turn()
             await self._error("flood", "Too many frames; the connection is closed. Reload to continue.")
             await self.close(code=CLOSE_FLOOD)
+            await self._forget_socket()
             return
         frame, problem = _parse(text_data, bytes_data)
         if problem:
             await self._error(*problem)
         elif frame["type"] == "stop":
-            await self._cancel_turn()
+            await self._stop_turn()
         elif frame["type"] == "history":
             await self._send_history(frame.get("before"))
         elif frame["type"] == "forget":
-            await self._cancel_turn()
+            await self._stop_turn()
             await database_sync_to_async(services.forget_visitor)(self.visitor.hash)
             await self.close(code=CLOSE_REFUSED, reason="Started over.")
         elif self._turn_running():
-            await self._error("busy", "A turn is already running; stop it or wait for it to end.")
+            await self._busy()
         else:
             await self._start_turn(frame["text"])
 
@@ -120,9 +134,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _start_turn(self, text: str) -> None:
         try:
-            self.conversation_id, turn_id, messages = await database_sync_to_async(services.start_turn)(
-                self.visitor, self.conversation_id, text, provider.model_name()
-            )
+            self.conversation_id = await turns.start(self.visitor, self.conversation_id, text)
+        except services.Busy:
+            await self._busy()
+            return
         except services.Refused:
             await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
             return
@@ -137,12 +152,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             logger.exception("could not start a turn")
             await self._error("server_error", "Something went wrong on our side. Please try again.")
             return
-        # The task sends turn.started, inside the try whose finally ends it.
-        self.turn_task = asyncio.create_task(run_turn(turn_id, messages, self.send_json))
-        self.turn_task.add_done_callback(lambda _: self._rearm_idle_timer())
-        # Let the task enter its try/finally before any stop can cancel it: a
-        # task cancelled before its first step never runs its finally.
-        await asyncio.sleep(0)
+
+    async def _busy(self) -> None:
+        await self._error("busy", "A turn is already running; stop it or wait for it to end.")
 
     def _rearm_idle_timer(self) -> None:
         """An idle socket holds memory and a slot of the visitor's; close it
@@ -160,25 +172,30 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.idle_timer = None
         self.closing = asyncio.ensure_future(self.close(code=CLOSE_IDLE, reason="Idle."))
 
-    def _forget_socket(self) -> None:
+    async def _forget_socket(self) -> None:
         if self.idle_timer:
             self.idle_timer.cancel()
             self.idle_timer = None
         if self.visitor is not None:
             limits.sockets.close(self.visitor)
             self.visitor = None
+        if self.joined is not None:
+            # The last tab of a visitor to leave starts their turn's grace period.
+            await hub.current().leave(self, self.joined)
+            self.joined = None
 
-    async def _cancel_turn(self) -> None:
-        task = self.turn_task
+    async def _stop_turn(self) -> None:
+        """Stops the conversation's running turn, wherever it runs; when it
+        runs here, waits until it is saved and billed."""
+        task = await hub.current().stop(self, self.joined)
         if task is None or task.done():
             return
-        task.cancel()
         done, _ = await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
         if not done:
             logger.error("turn task did not end within %ss of its cancellation", CANCEL_WAIT_SECONDS)
 
     def _turn_running(self) -> bool:
-        return self.turn_task is not None and not self.turn_task.done()
+        return hub.current().running(self.joined)
 
     async def send_json(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=fastjson.dumps(frame))
@@ -187,8 +204,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self.send_json({"type": "error", "code": code, "message": message})
 
 
-def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None] | None:
-    """The visitor and their conversation (None before their first message):
+def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None, tuple[int, str] | None] | None:
+    """The visitor, their conversation (None before their first message) and
+    their running turn, if any (see services.running_turn):
     by the widget's token when one is presented (the embed page), else by the
     session cookie (the chat page). None: no live session. Raises Refused
     for a token that is no good (forged, idle, revoked) or a revoked session."""
@@ -201,7 +219,8 @@ def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None] | None:
         visitor = services.visitor_for_session(scope["session"])
     if visitor is None:
         return None
-    return Visitor.of(visitor, _client_address(scope)), services.conversation_of(visitor)
+    running = services.running_turn(visitor)
+    return Visitor.of(visitor, _client_address(scope)), services.conversation_of(visitor), running
 
 
 def _client_address(scope: dict[str, Any]) -> str | None:

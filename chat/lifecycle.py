@@ -3,10 +3,11 @@ out, under daphne and under lifespan servers (uvicorn, gunicorn's uvicorn
 workers).
 
 - At start: the sweeper, which closes and bills the turns a dead process
-  left streaming. It must not wait for a first request: a process restarted
-  at night, with nobody visiting, still has to reconcile.
-- At shutdown (SIGTERM): stop the running turns, let each save and bill,
-  then end the connections.
+  left streaming, and tells the tabs that followed them (through the hub,
+  in whichever process they are). It must not wait for a first request: a
+  process restarted at night, with nobody visiting, still has to reconcile.
+- At shutdown (SIGTERM): stop the running turns, let each save and bill and
+  tell every tab that followed it, then end the connections.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from chat import services, turns
+from chat import hub, services, turns
 
 logger = logging.getLogger("kookee.lifecycle")
 
@@ -74,13 +75,18 @@ async def lifespan(scope: dict[str, Any], receive, send) -> None:
 async def stop_running_turns() -> None:
     """Stops every running turn and waits while each saves and bills, then
     ends the connections (a coroutine left pending at exit can crash it)."""
-    for group in (list(turns.live), connections):
+    the_hub = hub.current()
+    running = the_hub.stop_all(hub.SHUTDOWN)
+    for group in (running + list(turns.live), connections):
         tasks = [task for task in group if not task.done()]
         for task in tasks:
             task.cancel()
         if tasks:
             logger.info("shutting down: stopping %s task(s)", len(tasks))
             await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_SECONDS)
+        if group is not connections:
+            # The turns' last frames to tabs in other processes.
+            await the_hub.drain()
 
 
 def _hook_daphne_shutdown() -> None:
@@ -106,7 +112,16 @@ def _hook_daphne_shutdown() -> None:
 async def _sweep_forever() -> None:
     while True:
         try:
-            await database_sync_to_async(services.close_stale_turns)(settings.KOOKEE_STALE_TURN_SECONDS)
+            await sweep()
         except Exception:
             logger.exception("sweeping stale turns failed")
         await asyncio.sleep(settings.KOOKEE_SWEEP_SECONDS)
+
+
+async def sweep() -> None:
+    """Closes the turns of dead processes, and ends them in their tabs."""
+    closed = await database_sync_to_async(services.close_stale_turns)(settings.KOOKEE_STALE_TURN_SECONDS)
+    for visitor, turn_id in closed:
+        frame = await database_sync_to_async(services.ended_frame)(turn_id)
+        if visitor and frame is not None:
+            await hub.announce_ended(visitor, turn_id, frame)

@@ -48,9 +48,21 @@ class Turn(models.Model):
         TRUNCATED = "truncated"
         FAILED = "failed"
 
+    class StopReason(models.TextChoices):
+        STOPPED = "stopped", "Stopped by the visitor"
+        LEFT = "left", "Visitor left (every tab closed)"
+        SHUTDOWN = "shutdown", "Server shut down"
+        PROCESS_LOST = "process_lost", "Server process lost"
+
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
     status = models.CharField(max_length=12, choices=Status, default=Status.STREAMING)
     interrupted = models.BooleanField(default=False)
+    # Why an interrupted turn stopped, and for a Stop, the tab that sent it.
+    stop_reason = models.CharField(max_length=12, choices=StopReason, blank=True)
+    stopped_by = models.CharField(max_length=32, blank=True, help_text="The tab (socket) that sent the Stop.")
+    # While streaming: the channel of the server process that runs it, which
+    # other processes' tabs ask for its frames and send their Stop to.
+    owner = models.CharField(max_length=200, blank=True, editable=False)
     user_text = models.TextField()
     # Exactly what the visitor was sent, whatever the ending.
     assistant_text = models.TextField(blank=True)
@@ -75,6 +87,15 @@ class Turn(models.Model):
         indexes = [
             models.Index(fields=["status", "heartbeat_at"]),
             models.Index(fields=["client_network", "started_at"]),
+        ]
+        constraints = [
+            # One turn at a time per conversation, whichever process takes
+            # the message: held by the database, not by a process's memory.
+            models.UniqueConstraint(
+                fields=["conversation"],
+                condition=models.Q(status="streaming"),
+                name="one_streaming_turn_per_conversation",
+            )
         ]
         permissions = [("erase_turn", "Can erase a conversation's text at the visitor's request")]
 

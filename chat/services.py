@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Prefetch, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -42,6 +43,10 @@ The help center has these articles:
 
 
 ACTIVITY_RESOLUTION = timedelta(minutes=1)
+
+
+class Busy(Exception):
+    """The conversation has a turn running already (on any process)."""
 
 
 class Refused(Exception):
@@ -145,6 +150,7 @@ def history(turn_ids: list[int]) -> list[dict[str, Any]]:
             "user_text": turn.user_text,
             "assistant_text": turn.assistant_text,
             "status": turn.status,
+            "reason": turn.stop_reason or None,
             "sources": used_articles(
                 turn.assistant_text,
                 search_results(call for generation in turn.generations.all() for call in generation.tool_calls.all()),
@@ -154,30 +160,52 @@ def history(turn_ids: list[int]) -> list[dict[str, Any]]:
     ]
 
 
-@transaction.atomic
 def start_turn(
-    visitor: Visitor, conversation_id: int | None, user_text: str, model: str
+    visitor: Visitor, conversation_id: int | None, user_text: str, model: str, owner: str = ""
 ) -> tuple[int, int, list[dict[str, Any]]]:
     """Creates the turn (and, at the visitor's first message, their
     conversation); returns the conversation's id, the turn's id and the
-    messages for the first round.
+    messages for the first round. `owner` is the channel of the process
+    that runs it.
 
-    Raises LimitReached, creating nothing, when the visitor is over a limit,
-    and Refused when their key no longer reaches the conversation.
+    Raises, creating nothing: Busy when a turn of the conversation runs
+    already, in any process; LimitReached when the visitor is over a limit;
+    Refused when their key no longer reaches the conversation.
     """
+    try:
+        return _start_turn(visitor, conversation_id, user_text, model, owner)
+    except IntegrityError:
+        # Two processes raced past the check below (SQLite, or a first
+        # message creating the conversation): the constraint held.
+        running = Turn.objects.filter(conversation_id=conversation_id, status=Turn.Status.STREAMING)
+        if conversation_id is not None and running.exists():
+            raise Busy from None
+        raise
+
+
+@transaction.atomic
+def _start_turn(
+    visitor: Visitor, conversation_id: int | None, user_text: str, model: str, owner: str
+) -> tuple[int, int, list[dict[str, Any]]]:
     if conversation_id is None:
         if RevokedKey.objects.filter(visitor_hash=visitor.hash).exists():
             raise Refused  # started over in another tab since this one connected
-        # Another tab of theirs may have written first since this one connected.
+        # Another tab of theirs, on any process, may have written first since
+        # this one connected: wait for its transaction, then find its conversation.
+        _lock_visitor(visitor.hash)
         conversation_id = conversation_of(visitor.hash)
     if conversation_id is None:
         conversation = Conversation.objects.create(visitor_hash=visitor.hash)
     else:
+        # The lock makes a message racing in from another process wait here,
+        # then find this turn running.
         conversation = (
             Conversation.objects.select_for_update().only("visitor_hash", "updated_at").get(pk=conversation_id)
         )
         if conversation.visitor_hash != visitor.hash:
             raise Refused  # started over or erased since this tab connected
+        if conversation.turns.filter(status=Turn.Status.STREAMING).exists():
+            raise Busy
     check_turn_allowed(visitor, conversation.id)
     earlier = list(
         conversation.turns.order_by("-started_at", "-id").values_list("user_text", "assistant_text")[
@@ -191,6 +219,7 @@ def start_turn(
         client_address=visitor.address,
         client_network=visitor.network,
         heartbeat_at=timezone.now(),
+        owner=owner,
     )
     if conversation.updated_at < timezone.now() - ACTIVITY_RESOLUTION:
         # Last activity is shown to the minute and idles widgets in days:
@@ -203,6 +232,61 @@ def start_turn(
             messages.append({"role": "assistant", "content": answered})
     messages.append({"role": "user", "content": user_text})
     return conversation.id, turn.id, messages
+
+
+# The first key of PostgreSQL's two-key advisory locks that this app takes.
+_VISITOR_LOCK = 0x4B4B  # "KK"
+
+
+def _lock_visitor(visitor: str) -> None:
+    """Serialises a visitor's first messages across processes until this
+    transaction ends, so that racing tabs share one conversation and one turn.
+    SQLite's IMMEDIATE transactions serialise all writers already."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        # 31 bits of the key: a collision only makes two visitors wait in turn.
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_VISITOR_LOCK, zlib.crc32(visitor.encode()) >> 1])
+
+
+def running_turn(visitor: str) -> tuple[int, str] | None:
+    """The visitor's running turn, if any: its id and the channel of the
+    process that runs it."""
+    if not visitor:
+        return None
+    return (
+        Turn.objects.filter(conversation__visitor_hash=visitor, status=Turn.Status.STREAMING)
+        .values_list("id", "owner")
+        .first()
+    )
+
+
+def ended_frame(turn_id: int) -> dict[str, Any] | None:
+    """A stored turn's `turn.ended` frame, for tabs that did not hear its end
+    from the process that ran it (it died); None while it runs."""
+    turn = (
+        Turn.objects.filter(pk=turn_id)
+        .exclude(status=Turn.Status.STREAMING)
+        .prefetch_related(
+            Prefetch("generations__tool_calls", queryset=ToolCall.objects.only("generation_id", "name", "result"))
+        )
+        .first()
+    )
+    if turn is None:
+        return None
+    generations = list(turn.generations.all())
+    entry = LedgerEntry.objects.filter(turn_id=turn_id).first()
+    return {
+        "type": "turn.ended",
+        "turn_id": turn.id,
+        "status": turn.status,
+        "generations": len(generations),
+        "usage": _usage_of(entry) if entry else {"input_tokens": 0, "output_tokens": 0, "estimated": True},
+        "sources": used_articles(
+            turn.assistant_text, search_results(call for g in generations for call in g.tool_calls.all())
+        ),
+        **({"reason": turn.stop_reason} if turn.stop_reason else {}),
+    }
 
 
 def _system_prompt() -> str:
@@ -282,14 +366,21 @@ def checkpoint_turns(checkpoints: list[Checkpoint]) -> None:
         )
 
 
-def close_stale_turns(stale_after_seconds: float) -> list[int]:
+def close_stale_turns(stale_after_seconds: float) -> list[tuple[str, int]]:
     """Closes the turns a dead process left streaming: interrupted, text as
-    of the last checkpoint, the round in flight estimated, billed once."""
+    of the last checkpoint, the round in flight estimated, billed once.
+    Returns the visitor (hash) and id of each turn it closed."""
     cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
     stale = Turn.objects.filter(status=Turn.Status.STREAMING, heartbeat_at__lt=cutoff)
-    closed = [turn_id for turn_id in stale.values_list("id", flat=True) if _close_stale_turn(turn_id, cutoff)]
+    closed = [
+        (visitor, turn_id)
+        for turn_id, visitor in stale.values_list("id", "conversation__visitor_hash")
+        if _close_stale_turn(turn_id, cutoff)
+    ]
     if closed:
-        logger.warning("closed %s turn(s) left streaming by a lost process: %s", len(closed), closed)
+        logger.warning(
+            "closed %s turn(s) left streaming by a lost process: %s", len(closed), [turn for _, turn in closed]
+        )
     return closed
 
 
@@ -298,7 +389,11 @@ def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
     # Claim it with a conditional update: another process sweeping at the
     # same moment, or the turn's own process waking up, finds it taken.
     claimed = Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING, heartbeat_at__lt=cutoff).update(
-        status=Turn.Status.INTERRUPTED, interrupted=True, error="process_lost", ended_at=timezone.now()
+        status=Turn.Status.INTERRUPTED,
+        interrupted=True,
+        stop_reason=Turn.StopReason.PROCESS_LOST,
+        owner="",
+        ended_at=timezone.now(),
     )
     if not claimed:
         return False
@@ -334,6 +429,8 @@ def finish_turn(
     error: str,
     rounds: list[Round],
     model: str,
+    stop_reason: str = "",
+    stopped_by: str = "",
 ) -> dict[str, Any]:
     """Closes the turn: its remaining rounds, its text, its one ledger entry.
 
@@ -352,6 +449,9 @@ def finish_turn(
         interrupted=status == Turn.Status.INTERRUPTED,
         assistant_text=text,
         error=storable(error)[:200],
+        stop_reason=stop_reason if status == Turn.Status.INTERRUPTED else "",
+        stopped_by=stopped_by[:32],
+        owner="",
         ended_at=timezone.now(),
     )
     usages = [rnd.usage for rnd in rounds]

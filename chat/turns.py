@@ -1,5 +1,6 @@
-"""One turn, run as its own task: stream the rounds to the visitor, then, in
-a `finally` that survives cancellation, save what they saw and bill once.
+"""One turn, run as its own task: stream the rounds to every tab of the
+conversation (chat/hub.py), then, in a `finally` that survives cancellation,
+save what they saw and bill once.
 
 While turns run, they are checkpointed together (text so far and a usage
 estimate) every KOOKEE_CHECKPOINT_SECONDS, so that if the process dies and no
@@ -11,20 +12,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from chat import provider, rounds, services
+from chat import hub, metrics, provider, rounds, services
+from chat.hub import Broadcast
 from chat.rounds import Outcome, Round, RoundLoop
 from chat.sources import search_results, used_articles
 from chat.tools import TOOLS
 
 logger = logging.getLogger("kookee.turns")
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 T = TypeVar("T")
 
 ERROR_MESSAGES = {
@@ -42,26 +43,25 @@ ERROR_MESSAGES = {
 }
 
 
-class VisitorGone(Exception):
-    """A frame could not be sent: the socket is closed."""
-
-
 class _Turn:
-    """The round loop's sink: frames to the visitor, rounds to the database."""
+    """The round loop's sink: frames to the conversation's tabs, rounds to
+    the database."""
 
-    def __init__(self, turn_id: int, send: Send) -> None:
-        self.turn_id = turn_id
-        self._send = send
+    def __init__(self, broadcast: Broadcast) -> None:
+        self.turn_id = broadcast.turn_id
+        self.broadcast = broadcast
         self.started_sent = False
+        self.asked_at = asyncio.get_running_loop().time()
+        self.first_delta_seen = False
         self.loop = RoundLoop(provider.open_stream, TOOLS, self, settings.KOOKEE_MAX_ROUNDS)
 
     async def send(self, frame: dict[str, Any]) -> None:
-        try:
-            await self._send(frame)
-        except Exception as exc:
-            raise VisitorGone from exc
+        await hub.current().publish(self.broadcast, frame)
 
     async def delta(self, text: str) -> None:
+        if not self.first_delta_seen:
+            self.first_delta_seen = True
+            metrics.first_delta(asyncio.get_running_loop().time() - self.asked_at)
         await self.send({"type": "delta", "turn_id": self.turn_id, "text": text})
 
     async def tool(self, name: str, status: str) -> None:
@@ -110,32 +110,55 @@ async def _checkpoint_forever() -> None:
             logger.exception("checkpointing %s turn(s) failed", len(checkpoints))
 
 
-async def run_turn(turn_id: int, messages: list[dict[str, Any]], send: Send) -> None:
-    """Runs a created turn to its end. Cancelling the task stops it."""
-    turn = _Turn(turn_id, send)
+async def start(visitor: Any, conversation_id: int | None, text: str) -> int:
+    """Starts a turn of the visitor's conversation (created at their first
+    message) in this process: stores it, and runs it in its own task, which
+    every tab of the visitor follows. Returns the conversation's id.
+
+    Raises services.Busy, services.Refused or LimitReached, starting nothing.
+    """
+    owner = await hub.current().start()
+    conversation_id, turn_id, messages = await database_sync_to_async(services.start_turn)(
+        visitor, conversation_id, text, provider.model_name(), owner
+    )
+    broadcast = await hub.current().own(turn_id, visitor.hash)
+    broadcast.task = asyncio.create_task(run_turn(broadcast, messages))
+    # Let the task enter its try/finally before any stop can cancel it: a
+    # task cancelled before its first step never runs its finally.
+    await asyncio.sleep(0)
+    return conversation_id
+
+
+async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]]) -> None:
+    """Runs a created turn to its end. Stopping its broadcast stops it."""
+    turn = _Turn(broadcast)
     outcome = Outcome(rounds.FAILED, "server_error")
     live[asyncio.current_task()] = turn
     _start_checkpointer()
     try:
         turn.started_sent = True
-        await turn.send({"type": "turn.started", "turn_id": turn_id})
+        await turn.send({"type": "turn.started", "turn_id": turn.turn_id})
         outcome = await turn.loop.run(messages)
     except asyncio.CancelledError:
+        # The round loop has closed the provider request by now.
         outcome = Outcome(rounds.INTERRUPTED)
+        if broadcast.stop_asked_at is not None:
+            metrics.stop_latency(asyncio.get_running_loop().time() - broadcast.stop_asked_at)
         raise
-    except VisitorGone:
-        outcome = Outcome(rounds.INTERRUPTED)
     except Exception:
-        logger.exception("turn=%s failed", turn_id)
+        logger.exception("turn=%s failed", turn.turn_id)
     finally:
         try:
             await _survive_cancel(_end_turn(turn, outcome))
         finally:
             del live[asyncio.current_task()]
+            hub.current().disown(broadcast)
 
 
 async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
     loop = turn.loop
+    # A turn cancelled by nobody's Stop was cut short by the process ending.
+    reason = (turn.broadcast.stop_reason or hub.SHUTDOWN) if outcome.status == rounds.INTERRUPTED else ""
     try:
         usage = await database_sync_to_async(services.finish_turn)(
             turn.turn_id,
@@ -144,6 +167,8 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
             error=outcome.detail or outcome.error,
             rounds=loop.rounds,
             model=provider.model_name(),
+            stop_reason=reason,
+            stopped_by=turn.broadcast.stopped_by,
         )
     except Exception:
         # The database failed us. The turn stays "streaming" with its last
@@ -157,12 +182,14 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
             "estimated": True,
         }
     logger.info(
-        "turn=%s status=%s generations=%s error=%s",
+        "turn=%s status=%s reason=%s generations=%s error=%s",
         turn.turn_id,
         outcome.status,
+        reason or "-",
         len(loop.rounds),
         outcome.error or "-",
     )
+    _count(turn, outcome)
     if not turn.started_sent:
         await _send_quietly(turn, {"type": "turn.started", "turn_id": turn.turn_id})
     if outcome.error:
@@ -177,16 +204,39 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
         "usage": usage,
         # Beyond the contract: the articles the answer used, for the visitor.
         "sources": used_articles(loop.text, search_results(call for rnd in loop.rounds for call in rnd.tool_calls)),
+        # Beyond the contract: why an interrupted turn stopped.
+        **({"reason": reason} if reason else {}),
     }
     await _send_quietly(turn, ended)
 
 
+def _count(turn: _Turn, outcome: Outcome) -> None:
+    """The turn's figures for /metrics."""
+    metrics.turn_ended(outcome.status)
+    model = provider.model_name()
+    last = turn.loop.rounds[-1] if turn.loop.rounds else None
+    provider_fault = outcome.error if outcome.error and outcome.error not in ("round_limit", "server_error") else None
+    if provider_fault:
+        metrics.provider_error(provider_fault)
+    for rnd in turn.loop.rounds:
+        ended = rnd.ended_at or rnd.started_at
+        usage = rnd.usage
+        metrics.model_call(
+            model,
+            usage.input_tokens,
+            usage.output_tokens,
+            (ended - rnd.started_at).total_seconds(),
+            (rnd.first_delta_at - rnd.started_at).total_seconds() if rnd.first_delta_at else None,
+            provider_fault if rnd is last else None,
+        )
+
+
 async def _send_quietly(turn: _Turn, frame: dict[str, Any]) -> None:
-    # After a disconnect there is nobody to tell; the turn is saved anyway.
+    # The turn is saved whatever happens to its frames.
     try:
         await turn.send(frame)
-    except VisitorGone:
-        logger.debug("turn=%s: %s not delivered", turn.turn_id, frame["type"])
+    except Exception:
+        logger.exception("turn=%s: %s not delivered", turn.turn_id, frame["type"])
 
 
 async def _survive_cancel(work: Awaitable[T]) -> T:

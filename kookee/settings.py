@@ -121,7 +121,12 @@ if REDIS_URL:
             # redis-py's default read timeout (5 s) is the layer's blocking
             # pop (5 s): an idle socket's receive loop timed out and the
             # socket died with 1011. Reads must outlast the pop.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                # Each process listens on one channel (chat/hub.py); its
+                # messages share one queue, dropped past capacity.
+                "capacity": 2000,
+            },
         }
     }
 else:
@@ -165,6 +170,10 @@ KOOKEE_MAX_MESSAGE_CHARS = env.int("KOOKEE_MAX_MESSAGE_CHARS", default=4000)
 KOOKEE_CHECKPOINT_SECONDS = env.float("KOOKEE_CHECKPOINT_SECONDS", default=1.0)
 KOOKEE_STALE_TURN_SECONDS = env.float("KOOKEE_STALE_TURN_SECONDS", default=30.0)
 KOOKEE_SWEEP_SECONDS = env.float("KOOKEE_SWEEP_SECONDS", default=30.0)
+# When the last tab of a conversation leaves, its running turn goes on this
+# long, so that a reload picks it up live; then it is stopped like a Stop.
+# 0 stops it at once.
+KOOKEE_RESUME_GRACE_SECONDS = env.float("KOOKEE_RESUME_GRACE_SECONDS", default=5.0)
 # Limits. Frames per connection (a burst, then a steady rate; past it the
 # socket is closed); turns per minute per visitor session and per client
 # address; tokens per conversation and, for the whole site, per day.
@@ -214,6 +223,28 @@ for _origin in KOOKEE_EMBED_ORIGINS:
     # that could end the directive or widen it.
     if not re.fullmatch(r"https?://(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?", _origin):
         raise ImproperlyConfigured(f"KOOKEE_EMBED_ORIGINS: {_origin!r} is not an origin like https://www.example.com")
+# The operator's endpoints (chat/monitoring.py). /healthz gives its checks
+# (the database, the channel layer) this long in all. /metrics is closed
+# (404) unless a bearer token or client networks (matched against the
+# socket's peer, never X-Forwarded-For) are set; with both, both must match.
+KOOKEE_HEALTH_TIMEOUT_SECONDS = env.float("KOOKEE_HEALTH_TIMEOUT_SECONDS", default=2.0)
+KOOKEE_METRICS_TOKEN = env("KOOKEE_METRICS_TOKEN", default="")
+if KOOKEE_METRICS_TOKEN and len(KOOKEE_METRICS_TOKEN) < 32:
+    raise ImproperlyConfigured(
+        "KOOKEE_METRICS_TOKEN is too short: use at least 32 random characters, "
+        "e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    )
+try:
+    KOOKEE_METRICS_ALLOW = [
+        ipaddress.ip_network(network.strip(), strict=False)
+        for network in env.list("KOOKEE_METRICS_ALLOW", default=[])
+        if network.strip()
+    ]
+except ValueError as e:
+    raise ImproperlyConfigured(f"KOOKEE_METRICS_ALLOW: {e}") from e
+# The load balancer and Prometheus reach each process directly, over plain
+# HTTP: no redirect to HTTPS for them.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 # Earlier turns sent to the model as context.
 KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
 # How often a process checks whether another one changed the help center

@@ -1,11 +1,14 @@
 from django.contrib import admin
 from django.urls import path
 
-from chat import views
+from chat import monitoring, views
 
 urlpatterns = [
     path("", views.index, name="index"),
     path("embed/", views.embed_page, name="embed"),
     path("help/<slug:slug>/", views.help_article, name="help-article"),
     path("admin/", admin.site.urls),
+    # The operator's: the load balancer's check, and each process's metrics.
+    path("healthz", monitoring.healthz, name="healthz"),
+    path("metrics", monitoring.metrics_page, name="metrics"),
 ]

@@ -746,7 +746,7 @@ def test_the_export_streams_in_chunks(finance):
     conversation = Conversation.objects.create(visitor_hash="k")
     count = exports.CHUNK_ROWS + 50
     turns = Turn.objects.bulk_create(
-        Turn(conversation=conversation, user_text="q", model="gpt-4o-mini") for _ in range(count)
+        Turn(conversation=conversation, user_text="q", model="gpt-4o-mini", status="completed") for _ in range(count)
     )
     LedgerEntry.objects.bulk_create(
         LedgerEntry(turn=t, model="gpt-4o-mini", input_tokens=1, output_tokens=2, estimated=False, cost=1)

@@ -87,13 +87,24 @@ class ChatClient:
 def check_turn(frames: list[dict[str, Any]], turn_id: int) -> Turn:
     """The contract's invariants for one turn, whatever its ending."""
     mine = [f for f in frames if f.get("turn_id") == turn_id]
-    assert [f["type"] for f in mine].count("turn.started") == 1
     ended = [f for f in mine if f["type"] == "turn.ended"]
     assert len(ended) == 1, "exactly one turn.ended"
     assert mine[-1]["type"] == "turn.ended", "no frame of the turn after turn.ended"
     ended = ended[0]
     turn = Turn.objects.get(pk=turn_id)
-    deltas = "".join(f["text"] for f in mine if f["type"] == "delta")
+    # After a turn.resume (a tab that came in mid-turn), its text, then the
+    # frames after its seq; else every frame from turn.started, seq 1 on.
+    resumes = [i for i, f in enumerate(mine) if f["type"] == "turn.resume"]
+    if resumes:
+        resume = mine[resumes[-1]]
+        shown, seq, later = resume["text"], resume["seq"], mine[resumes[-1] + 1 :]
+        assert [f["type"] for f in mine].count("turn.started") <= 1
+    else:
+        shown, seq, later = "", 0, mine
+        assert [f["type"] for f in mine].count("turn.started") == 1
+    numbered = [f for f in later if f["type"] in ("delta", "tool")]
+    assert [f["seq"] for f in numbered] == list(range(seq + 1, seq + 1 + len(numbered))), "seq: no gap, no repeat"
+    deltas = shown + "".join(f["text"] for f in numbered if f["type"] == "delta")
     assert turn.assistant_text == deltas, "stored text equals the deltas sent"
     assert turn.status == ended["status"]
     assert turn.interrupted == (ended["status"] == "interrupted")

@@ -240,7 +240,8 @@ async def test_stop_when_idle_is_ignored(chat):
     assert await turn_count() == 0
 
 
-async def test_disconnect_mid_stream_saves_and_bills(use_provider):
+async def test_disconnect_mid_stream_saves_and_bills(use_provider, settings):
+    settings.KOOKEE_RESUME_GRACE_SECONDS = 0  # no grace: stopped as the tab leaves
     client = await ChatClient.connect()
     use_provider.queue([text("Streaming to"), text(" nobody"), WaitFor(asyncio.Event()), finish("stop")])
     turn_id = await client.ask("hi")
@@ -256,12 +257,13 @@ async def test_disconnect_mid_stream_saves_and_bills(use_provider):
         return (
             turn.status,
             turn.interrupted,
+            turn.stop_reason,
             turn.assistant_text,
             LedgerEntry.objects.filter(turn=turn).count(),
         )
 
-    status, interrupted, stored_text, entries = await stored()
-    assert (status, interrupted, entries) == ("interrupted", True, 1)
+    status, interrupted, reason, stored_text, entries = await stored()
+    assert (status, interrupted, reason, entries) == ("interrupted", True, "left", 1)
     assert stored_text == "Streaming to nobody"
 
 
@@ -480,6 +482,8 @@ async def test_forget_stops_the_turn_revokes_the_key_and_keeps_the_records(use_p
     # The key opens nothing any more, in a new tab or in one already open.
     again = await ChatClient.connect(session_key=key)
     assert await again.refusal() == CLOSE_REFUSED
+    # The other tab followed the turn to its end (every tab sees the turn).
+    await other_tab.receive_until("turn.ended", turn_id=turn_id)
     await other_tab.send({"type": "message", "text": "still me?"})
     assert await other_tab.refusal() == CLOSE_REFUSED
     await other_tab.close()
@@ -532,7 +536,10 @@ async def test_an_open_tab_cannot_read_a_conversation_started_over_elsewhere(use
     key = await new_session_key()
     reader, leaver = await ChatClient.connect(session_key=key), await ChatClient.connect(session_key=key)
     use_provider.queue(answer("Private."))
-    await reader.finish(await reader.ask("something private"))
+    turn_id = await reader.ask("something private")
+    await reader.finish(turn_id)
+    # The other tab of the visitor followed the turn.
+    await leaver.finish(turn_id)
     await leaver.send({"type": "forget"})
     assert await leaver.refusal() == CLOSE_REFUSED
 

@@ -423,7 +423,9 @@ async def test_token_visitors_have_the_per_visitor_turn_limit(use_provider, sett
     other = await connect_with_token(embed.new_token())
     try:
         use_provider.queue(answer("One."), answer("Another visitor."))
-        await first.finish(await first.ask("one"))
+        turn_id = await first.ask("one")
+        await first.finish(turn_id)
+        await second.finish(turn_id)  # the visitor's other tab followed it
         await second.send({"type": "message", "text": "two"})
         assert (await second.receive())["code"] == "rate_limited"
         assert (await other.finish(await other.ask("hi")))["status"] == "completed"

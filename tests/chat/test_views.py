@@ -129,6 +129,7 @@ def test_the_page_embeds_the_history_in_order(client):
         assistant_text=f"Careful: {IMG} and {BREAKOUT} & more",
         status="interrupted",
         interrupted=True,
+        stop_reason="stopped",
         model="gpt-4o-mini",
     )
     third = Turn.objects.create(conversation=conversation, user_text="still there?", model="gpt-4o-mini")
@@ -148,6 +149,7 @@ def test_the_page_embeds_the_history_in_order(client):
             "user_text": "How do I install the widget?",
             "assistant_text": "Paste the script tag.",
             "status": "completed",
+            "reason": None,
             "sources": [],
         },
         {
@@ -155,9 +157,17 @@ def test_the_page_embeds_the_history_in_order(client):
             "user_text": f"what about {IMG}?",
             "assistant_text": f"Careful: {IMG} and {BREAKOUT} & more",
             "status": "interrupted",
+            "reason": "stopped",
             "sources": [],
         },
-        {"turn_id": third.id, "user_text": "still there?", "assistant_text": "", "status": "streaming", "sources": []},
+        {
+            "turn_id": third.id,
+            "user_text": "still there?",
+            "assistant_text": "",
+            "status": "streaming",
+            "reason": None,
+            "sources": [],
+        },
     ]
 
 
