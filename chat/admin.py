@@ -289,7 +289,7 @@ class TurnAdmin(ModelAdmin):
         "model",
         "conversation",
     ]
-    list_filter = ["status", WastedGenerationsFilter, "interrupted", "model", "started_at"]
+    list_filter = ["status", "stop_reason", WastedGenerationsFilter, "interrupted", "model", "started_at"]
     list_select_related = ["conversation"]
     search_fields = ["user_text", "assistant_text"]
     date_hierarchy = "started_at"
@@ -302,6 +302,8 @@ class TurnAdmin(ModelAdmin):
         "conversation",
         "status",
         "interrupted",
+        "stop_reason",
+        "stopped_by",
         "error",
         "model",
         "started_at",
@@ -346,7 +348,11 @@ class TurnAdmin(ModelAdmin):
 
     @admin.display(ordering="status", description="status")
     def status_badge(self, obj) -> str:
-        return format_html('<span class="kk-badge kk-badge--{}">{}</span>', obj.status, obj.status)
+        badge = format_html('<span class="kk-badge kk-badge--{}">{}</span>', obj.status, obj.status)
+        if not obj.stop_reason:
+            return badge
+        # Why it was interrupted: a Stop is not a lost connection.
+        return format_html('{} <span class="kk-reason">{}</span>', badge, obj.get_stop_reason_display())
 
     @admin.display(description="answer, as the visitor saw it")
     def answer(self, obj) -> str:

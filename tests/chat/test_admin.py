@@ -108,6 +108,39 @@ def test_each_changelist_lists_its_rows(admin_client, one_of_everything, url, mo
 # --- the Turn changelist -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("reason", "label"),
+    [
+        ("stopped", "Stopped by the visitor"),
+        ("left", "Visitor left (every tab closed)"),
+        ("shutdown", "Server shut down"),
+        ("process_lost", "Server process lost"),
+    ],
+)
+def test_the_turn_list_and_page_say_why_a_turn_was_interrupted(admin_client, reason, label):
+    turn = make_turn(generations=1, status="interrupted", interrupted=True, stop_reason=reason, stopped_by="ab12cd34")
+    make_turn(generations=1)  # completed: no reason
+
+    rows = {row["id"]: row["status_badge"] for row in result_rows(admin_client.get("/admin/chat/turn/"))}
+    page = admin_client.get(f"/admin/chat/turn/{turn.pk}/change/").content.decode()
+    transcript = admin_client.get(f"/admin/chat/conversation/{turn.conversation_id}/change/").content.decode()
+
+    assert rows[str(turn.id)] == f"interrupted{label}"  # two spans, the cell text stripped
+    assert [badge for badge in rows.values() if badge == "completed"] == ["completed"]
+    assert label in page and "ab12cd34" in page
+    assert label in transcript
+
+
+def test_the_turn_list_filters_by_stop_reason(admin_client):
+    left = make_turn(status="interrupted", interrupted=True, stop_reason="left")
+    make_turn(status="interrupted", interrupted=True, stop_reason="stopped")
+    make_turn()
+
+    response = admin_client.get("/admin/chat/turn/?stop_reason__exact=left")
+
+    assert [row["id"] for row in result_rows(response)] == [str(left.id)]
+
+
 def test_the_turn_changelist_shows_each_turns_generation_count(admin_client):
     one = make_turn(generations=1)
     three = make_turn(generations=3)
