@@ -125,6 +125,10 @@ class Hub:
         self._outboxes: dict[str, _Outbox] = {}
         self._pings: dict[str, asyncio.Future] = {}
         self._background: set[asyncio.Task] = set()
+        # Group discards under way, by visitor: a tab that comes back (a
+        # reload) waits for its visitor's, or the discard could land after
+        # its group_add and leave this process deaf to their turns.
+        self._leaving: dict[str, asyncio.Task] = {}
 
     # --- the process's channel ----------------------------------------------------------
 
@@ -213,10 +217,21 @@ class Hub:
             outbox = self._outboxes[channel] = _Outbox(self.layer, channel)
         outbox.put(message)
 
-    def _spawn(self, work: Awaitable[Any]) -> None:
+    def _spawn(self, work: Awaitable[Any]) -> asyncio.Task:
         task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
+
+    async def _discard(self, visitor: str) -> None:
+        try:
+            await self.layer.group_discard(_group(visitor), self.channel)
+        except Exception:
+            # Harmless: announcements for a visitor with no tab here are ignored.
+            logger.exception("could not leave a visitor's group")
+        finally:
+            if self._leaving.get(visitor) is asyncio.current_task():
+                del self._leaving[visitor]
 
     # --- tabs ----------------------------------------------------------------------------
 
@@ -230,6 +245,9 @@ class Hub:
             return
         tabs.add(tab)
         if len(tabs) == 1:
+            leaving = self._leaving.pop(visitor, None)
+            if leaving is not None:
+                await asyncio.wait({leaving})
             await self.layer.group_add(_group(visitor), self.channel)
         broadcast = self.owned.get(visitor)
         if broadcast is not None:
@@ -256,7 +274,7 @@ class Hub:
         tabs.discard(tab)
         if not tabs:
             del self.tabs[visitor]
-            self._spawn(self.layer.group_discard(_group(visitor), self.channel))
+            self._leaving[visitor] = self._spawn(self._discard(visitor))
         broadcast = self.owned.get(visitor)
         if broadcast is not None:
             self._maybe_grace(broadcast)

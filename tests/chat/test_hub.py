@@ -391,6 +391,22 @@ async def test_a_turn_started_elsewhere_is_announced_to_tabs_already_open(proces
     broadcast.task.cancel()
 
 
+async def test_a_tab_reloaded_at_once_still_hears_of_turns_started_elsewhere(processes):
+    """The last tab's leave discards the process from the visitor's group in
+    the background; the reloaded tab's join must not be undone by it."""
+    owner, other = processes
+    old, new = FakeTab("old"), FakeTab("new")
+    await other.join(old, "v9", None)
+    await other.leave(old, "v9")
+    await other.join(new, "v9", None)
+    await asyncio.sleep(0.1)  # whatever was left running in the background has run
+
+    broadcast = await owner.own(90, "v9")
+    broadcast.task = sleeper()
+    assert (await new.wait_for("turn.started"))["turn_id"] == 90
+    broadcast.task.cancel()
+
+
 async def test_stop_from_a_tab_of_another_process_reaches_the_owner(processes):
     owner, other = processes
     broadcast = await owner.own(30, "v3")
