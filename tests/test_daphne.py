@@ -223,10 +223,10 @@ async def test_a_killed_process_leaves_a_turn_the_next_one_closes_and_bills(tmp_
         row = await _wait_for_row(database, turn_id, lambda row: row[0] != "streaming")
     assert row == ("interrupted", 1, "Before the end", 1, 1)
     with sqlite3.connect(database) as db:
-        estimated, error = db.execute(
-            "select l.estimated, t.error from billing_ledgerentry l join chat_turn t on t.id = l.turn_id"
+        estimated, reason, error = db.execute(
+            "select l.estimated, t.stop_reason, t.error from billing_ledgerentry l join chat_turn t on t.id = l.turn_id"
         ).fetchone()
-    assert (estimated, error) == (1, "process_lost")
+    assert (estimated, reason, error) == (1, "process_lost", "")
 
 
 @pytest.mark.parametrize("server", ["daphne", "uvicorn"])
