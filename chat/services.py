@@ -175,10 +175,9 @@ def start_turn(
     try:
         return _start_turn(visitor, conversation_id, user_text, model, owner)
     except IntegrityError:
-        # Two processes raced past the check below (SQLite, or a first
-        # message creating the conversation): the constraint held.
-        running = Turn.objects.filter(conversation_id=conversation_id, status=Turn.Status.STREAMING)
-        if conversation_id is not None and running.exists():
+        # The database holds one streaming turn per conversation: checking
+        # first would cost every turn a query, to tell what the insert tells.
+        if Turn.objects.filter(conversation__visitor_hash=visitor.hash, status=Turn.Status.STREAMING).exists():
             raise Busy from None
         raise
 
@@ -197,15 +196,13 @@ def _start_turn(
     if conversation_id is None:
         conversation = Conversation.objects.create(visitor_hash=visitor.hash)
     else:
-        # The lock makes a message racing in from another process wait here,
-        # then find this turn running.
+        # The lock makes a message racing in from another process wait here;
+        # its insert then meets this turn (the constraint: Busy).
         conversation = (
             Conversation.objects.select_for_update().only("visitor_hash", "updated_at").get(pk=conversation_id)
         )
         if conversation.visitor_hash != visitor.hash:
             raise Refused  # started over or erased since this tab connected
-        if conversation.turns.filter(status=Turn.Status.STREAMING).exists():
-            raise Busy
     check_turn_allowed(visitor, conversation.id)
     earlier = list(
         conversation.turns.order_by("-started_at", "-id").values_list("user_text", "assistant_text")[
