@@ -50,13 +50,15 @@ class _Turn:
     def __init__(self, broadcast: Broadcast) -> None:
         self.turn_id = broadcast.turn_id
         self.broadcast = broadcast
+        # Looked up once: every frame goes through it.
+        self.hub = hub.current()
         self.started_sent = False
         self.asked_at = asyncio.get_running_loop().time()
         self.first_delta_seen = False
         self.loop = RoundLoop(provider.open_stream, TOOLS, self, settings.KOOKEE_MAX_ROUNDS)
 
     async def send(self, frame: dict[str, Any]) -> None:
-        await hub.current().publish(self.broadcast, frame)
+        await self.hub.publish(self.broadcast, frame)
 
     async def delta(self, text: str) -> None:
         if not self.first_delta_seen:
