@@ -158,7 +158,7 @@ def model_call(
 ) -> None:
     """One model call (a round of a turn). `error_type` is the provider
     fault it ended with, if any."""
-    labels = (OPERATION, _provider_name(), _model(model))
+    labels = (OPERATION, provider_name(), _model(model))
     _metrics.generations.labels(labels[2]).inc()
     _metrics.token_usage.labels(*labels, "input").observe(max(0, input_tokens))
     _metrics.token_usage.labels(*labels, "output").observe(max(0, output_tokens))
@@ -179,7 +179,8 @@ def provider_error(code: str) -> None:
     _metrics.provider_errors.labels(code if code in PROVIDER_ERRORS else OTHER).inc()
 
 
-def _provider_name() -> str:
+def provider_name() -> str:
+    """gen_ai.provider.name: the offline model's name, else openai (any compatible endpoint)."""
     return settings.KOOKEE_OFFLINE_MODEL if provider.is_offline() else "openai"
 
 

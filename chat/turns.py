@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from chat import hub, metrics, provider, rounds, services
+from chat import hub, metrics, provider, rounds, services, tracing
 from chat.hub import Broadcast
 from chat.rounds import Outcome, Round, RoundLoop
 from chat.sources import search_results, used_articles
@@ -52,6 +52,7 @@ class _Turn:
         self.broadcast = broadcast
         # Looked up once: every frame goes through it.
         self.hub = hub.current()
+        self.trace = tracing.start_turn(self.turn_id)
         self.started_sent = False
         self.asked_at = asyncio.get_running_loop().time()
         self.first_delta_seen = False
@@ -67,6 +68,8 @@ class _Turn:
         await self.send({"type": "delta", "turn_id": self.turn_id, "text": text})
 
     async def tool(self, name: str, status: str) -> None:
+        if self.trace:
+            self.trace.tool(name, status)
         await self.send({"type": "tool", "turn_id": self.turn_id, "name": name, "status": status})
 
     async def round_ended(self, rnd: Round) -> None:
@@ -192,6 +195,15 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
         outcome.error or "-",
     )
     _count(turn, outcome)
+    if turn.trace:
+        turn.trace.end(
+            status=outcome.status,
+            error=outcome.error,
+            stop_reason=reason,
+            rounds=loop.rounds,
+            model=provider.model_name(),
+            provider_name=metrics.provider_name(),
+        )
     if not turn.started_sent:
         await _send_quietly(turn, {"type": "turn.started", "turn_id": turn.turn_id})
     if outcome.error:

@@ -13,7 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
-from chat import lifecycle  # noqa: E402
+from chat import lifecycle, tracing  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 
 router = ProtocolTypeRouter(
@@ -26,6 +26,8 @@ router = ProtocolTypeRouter(
 # Daphne speaks no lifespan: the process's background work starts when its
 # reactor runs. Lifespan servers (uvicorn) start it with "lifespan.startup".
 lifecycle.start_under_daphne()
+# Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set (chat/tracing.py).
+tracing.configure()
 
 
 async def application(scope, receive, send):
