@@ -116,6 +116,7 @@ class Hub:
     def __init__(self) -> None:
         self.layer = get_channel_layer()
         self.channel = ""
+        self.closing = False  # shutting down: no new turns (turns.start)
         self._listener: asyncio.Task | None = None
         self._starting: asyncio.Future | None = None
         self.tabs: dict[str, set[Tab]] = {}
@@ -244,16 +245,22 @@ class Hub:
         if tab in tabs:
             return
         tabs.add(tab)
+        broadcast = self.owned.get(visitor)
+        if broadcast is not None and broadcast.grace:
+            # Before any await: the grace period must not end while this tab comes in.
+            broadcast.grace.cancel()
+            broadcast.grace = None
         if len(tabs) == 1:
             leaving = self._leaving.pop(visitor, None)
             if leaving is not None:
                 await asyncio.wait({leaving})
             await self.layer.group_add(_group(visitor), self.channel)
+            if running is None:
+                # Read before this process was in the visitor's group: a turn
+                # that started elsewhere meanwhile was announced to nobody here.
+                running = await database_sync_to_async(services.running_turn)(visitor)
         broadcast = self.owned.get(visitor)
         if broadcast is not None:
-            if broadcast.grace:
-                broadcast.grace.cancel()
-                broadcast.grace = None
             await self._resume(tab, broadcast.turn_id, broadcast.seq, broadcast.text)
             return
         remote = self.remote.get(visitor)
@@ -336,7 +343,12 @@ class Hub:
 
     async def publish(self, broadcast: Broadcast, frame: dict[str, Any]) -> None:
         """Sends a frame of an owned turn to every tab that watches it."""
-        if frame["type"] in ("delta", "tool"):
+        if frame["type"] == "turn.ended":
+            # From now on a tab that comes in, here or elsewhere, reads the
+            # turn's end from the database (saved before this frame) rather
+            # than being resumed into a turn that has ended.
+            self.disown(broadcast)
+        elif frame["type"] in ("delta", "tool"):
             broadcast.seq += 1
             frame["seq"] = broadcast.seq
             if frame["type"] == "delta":
@@ -375,7 +387,8 @@ class Hub:
             broadcast.grace = asyncio.get_running_loop().call_later(grace, broadcast.stop, LEFT)
 
     def stop_all(self, reason: str) -> list[asyncio.Task]:
-        """Stops every turn this process owns (shutdown)."""
+        """Stops every turn this process owns, and starts no more (shutdown)."""
+        self.closing = True
         tasks = []
         for broadcast in list(self.owned.values()):
             broadcast.stop(reason)
@@ -515,6 +528,10 @@ class Hub:
         await _quietly(tab, frame)
 
 
+# How long a message to another process waits for room in its channel.
+FULL_WAIT_SECONDS = 10
+
+
 class _Outbox:
     """Messages for one other process, sent one at a time, in order; frames
     of a turn that queue up behind a send in flight go as one message."""
@@ -540,14 +557,31 @@ class _Outbox:
 
     async def _send_all(self) -> None:
         while self.queue:
+            # Out of the queue first: nothing merges into a message in flight.
             message = self.queue.pop(0)
             try:
-                await self.layer.send(self.channel, message)
+                await self._send_patiently(message)
             except ChannelFull:
-                # Its tabs see the gap in seq and ask for a resume.
-                logger.warning("process channel %s is full: a %s was dropped", self.channel, message["type"])
+                # Gone: its tabs see the gap in seq and ask for a resume.
+                logger.warning("process channel %s stayed full: a %s was dropped", self.channel, message["type"])
             except Exception:
                 logger.exception("could not send %s to %s", message["type"], self.channel)
+
+    async def _send_patiently(self, message: dict[str, Any]) -> None:
+        """Sends, waiting out a full channel (its reader is busy) for up to
+        FULL_WAIT_SECONDS: frames that arrive meanwhile merge into the
+        message queued behind, so the wait costs no more messages."""
+        delay, waited = 0.01, 0.0
+        while True:
+            try:
+                await self.layer.send(self.channel, message)
+                return
+            except ChannelFull:
+                if waited >= FULL_WAIT_SECONDS:
+                    raise
+            await asyncio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 0.5)
 
 
 def _group(visitor: str) -> str:

@@ -231,6 +231,16 @@ async def test_shutdown_ends_the_turn_in_every_tab_with_its_reason(tabs, use_pro
     assert (await stored(turn_id))[:2] == ("interrupted", "shutdown")
 
 
+async def test_a_process_shutting_down_starts_no_more_turns(tabs, use_provider):
+    first = await tabs()
+    hub.current().stop_all(hub.SHUTDOWN)
+    await first.send({"type": "message", "text": "hello?"})
+    error = await first.receive()
+    assert (error["type"], error["code"]) == ("error", "unavailable")
+    assert await database_sync_to_async(Turn.objects.count)() == 0
+    assert use_provider.requests == []
+
+
 # --- one turn at a time, held by the database ----------------------------------------------
 
 
@@ -476,6 +486,121 @@ async def test_a_turn_that_ended_before_the_watch_arrived_is_ended_from_the_data
     ended = await there.wait_for("turn.ended")
     assert ended["status"] == "completed"
     assert ended["usage"] == {"input_tokens": 3, "output_tokens": 2, "estimated": False}
+
+
+async def test_a_watch_that_arrives_after_turn_ended_went_out_reads_the_end_from_the_database(processes):
+    """Between publishing turn.ended and the task's last step the turn is
+    still the owner's in memory: a watch arriving then must not be resumed
+    into a turn that has ended (it would never hear of its end)."""
+    owner, other = processes
+
+    @database_sync_to_async
+    def saved_turn():
+        conversation = Conversation.objects.create(visitor_hash="v8")
+        turn = Turn.objects.create(
+            conversation=conversation, user_text="q", assistant_text="Done.", status="completed", model="m"
+        )
+        LedgerEntry.objects.create(turn=turn, model="m", input_tokens=3, output_tokens=2, estimated=False, cost=0)
+        return turn.id
+
+    turn_id = await saved_turn()
+    broadcast = await owner.own(turn_id, "v8")
+    broadcast.task = sleeper()  # its finally has not run: no disown yet
+    await owner.publish(broadcast, {"type": "delta", "turn_id": turn_id, "text": "Done."})
+    await owner.publish(broadcast, {"type": "turn.ended", "turn_id": turn_id, "status": "completed"})
+
+    there = FakeTab("there")
+    await other.join(there, "v8", (turn_id, owner.channel))
+    ended = await there.wait_for("turn.ended")
+    assert ended["usage"] == {"input_tokens": 3, "output_tokens": 2, "estimated": False}
+    assert [f["type"] for f in there.frames] == ["turn.ended"]
+    broadcast.task.cancel()
+
+
+async def test_a_full_channel_delays_frames_to_another_process_but_loses_none(processes, monkeypatch):
+    from channels.exceptions import ChannelFull
+
+    owner, other = processes
+    there = FakeTab("there")
+    await other.join(there, "v7", None)
+    broadcast = await owner.own(70, "v7")
+    broadcast.task = sleeper()
+    await owner.publish(broadcast, {"type": "turn.started", "turn_id": 70})
+    await there.wait_for("turn.started")
+    for _ in range(300):  # the other process has said it watches
+        if broadcast.remote:
+            break
+        await asyncio.sleep(0.01)
+
+    send, refusals = owner.layer.send, []
+
+    async def full_at_first(channel, message):
+        if message["type"] == "hub.frames" and len(refusals) < 3:
+            refusals.append(message["type"])
+            raise ChannelFull
+        await send(channel, message)
+
+    monkeypatch.setattr(owner.layer, "send", full_at_first)
+    pieces = [f"w{i} " for i in range(20)]
+    for piece in pieces:
+        await owner.publish(broadcast, {"type": "delta", "turn_id": 70, "text": piece})
+    await owner.publish(broadcast, {"type": "turn.ended", "turn_id": 70, "status": "completed"})
+    await there.wait_for("turn.ended")
+
+    assert len(refusals) == 3
+    deltas = [f for f in there.frames if f["type"] == "delta"]
+    assert [f["seq"] for f in deltas] == list(range(1, 21))
+    assert "".join(f["text"] for f in deltas) == "".join(pieces)
+    broadcast.task.cancel()
+
+
+async def test_a_reload_at_the_end_of_the_grace_period_keeps_the_turn(processes, settings, monkeypatch):
+    """The grace timer is cancelled as the tab arrives, before the hub
+    awaits the channel layer for it."""
+    settings.KOOKEE_RESUME_GRACE_SECONDS = 0.2
+    owner, _ = processes
+    old, new = FakeTab("old"), FakeTab("new")
+    await owner.join(old, "v6", None)
+    broadcast = await owner.own(60, "v6")
+    broadcast.task = sleeper()
+    await owner.leave(old, "v6")
+    assert broadcast.grace is not None
+
+    group_add = owner.layer.group_add
+
+    async def slow_group_add(group, channel):
+        await asyncio.sleep(0.4)  # past the grace period
+        await group_add(group, channel)
+
+    monkeypatch.setattr(owner.layer, "group_add", slow_group_add)
+    await owner.join(new, "v6", None)
+
+    assert not broadcast.task.done() and not broadcast.stop_reason
+    assert (await new.wait_for("turn.resume"))["turn_id"] == 60
+    broadcast.task.cancel()
+
+
+async def test_the_first_tab_hears_of_a_turn_that_started_while_it_joined_the_group(processes, monkeypatch):
+    """The tab read "nothing running" before its process was in the
+    visitor's group; the turn's announcement went to nobody here."""
+    owner, other = processes
+
+    @database_sync_to_async
+    def running_turn_of(visitor):
+        conversation = Conversation.objects.create(visitor_hash=visitor)
+        return Turn.objects.create(conversation=conversation, user_text="q", model="m", owner=owner.channel).id
+
+    turn_id = await running_turn_of("v5b")
+    broadcast = await owner.own(turn_id, "v5b")  # announced before the other process joins the group
+    broadcast.task = sleeper()
+    await owner.publish(broadcast, {"type": "delta", "turn_id": turn_id, "text": "So far"})
+    await asyncio.sleep(0.1)  # the announcement has gone, to nobody on the other process
+
+    there = FakeTab("there")
+    await other.join(there, "v5b", None)  # as read before the turn was stored
+    resume = await there.wait_for("turn.resume")
+    assert (resume["turn_id"], resume["seq"], resume["text"]) == (turn_id, 1, "So far")
+    broadcast.task.cancel()
 
 
 async def test_the_health_check_round_trips_the_channel_layer(processes):
