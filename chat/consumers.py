@@ -138,6 +138,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except services.Busy:
             await self._busy()
             return
+        except turns.ShuttingDown:
+            await self._error("unavailable", "The server is restarting. Please send your message again in a moment.")
+            return
         except services.Refused:
             await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
             return

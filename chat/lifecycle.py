@@ -84,9 +84,8 @@ async def stop_running_turns() -> None:
         if tasks:
             logger.info("shutting down: stopping %s task(s)", len(tasks))
             await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_SECONDS)
-        if group is not connections:
-            # The turns' last frames to tabs in other processes.
-            await the_hub.drain()
+        # The turns' last frames, then the closed tabs' unwatch, to other processes.
+        await the_hub.drain()
 
 
 def _hook_daphne_shutdown() -> None:

@@ -115,22 +115,34 @@ async def _checkpoint_forever() -> None:
             logger.exception("checkpointing %s turn(s) failed", len(checkpoints))
 
 
+class ShuttingDown(Exception):
+    """The process is shutting down: the turn goes to another process (the
+    page reconnects to one)."""
+
+
 async def start(visitor: Any, conversation_id: int | None, text: str) -> int:
     """Starts a turn of the visitor's conversation (created at their first
     message) in this process: stores it, and runs it in its own task, which
     every tab of the visitor follows. Returns the conversation's id.
 
-    Raises services.Busy, services.Refused or LimitReached, starting nothing.
+    Raises services.Busy, services.Refused, LimitReached or ShuttingDown,
+    starting nothing.
     """
-    owner = await hub.current().start()
+    the_hub = hub.current()
+    if the_hub.closing:
+        raise ShuttingDown
+    owner = await the_hub.start()
     conversation_id, turn_id, messages = await database_sync_to_async(services.start_turn)(
         visitor, conversation_id, text, provider.model_name(), owner
     )
-    broadcast = await hub.current().own(turn_id, visitor.hash)
+    broadcast = await the_hub.own(turn_id, visitor.hash)
     broadcast.task = asyncio.create_task(run_turn(broadcast, messages))
     # Let the task enter its try/finally before any stop can cancel it: a
     # task cancelled before its first step never runs its finally.
     await asyncio.sleep(0)
+    if the_hub.closing:
+        # The shutdown began while the turn was being stored: it missed it.
+        broadcast.stop(hub.SHUTDOWN)
     return conversation_id
 
 
