@@ -3,6 +3,7 @@ check (ALLOWED_HOSTS) and the session middleware to the chat consumer;
 lifespan events start and stop the process's background work."""
 
 import os
+from urllib.parse import urlparse
 
 from django.core.asgi import get_asgi_application
 
@@ -10,16 +11,37 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kookee.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator, WebsocketDenier  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
 from chat import lifecycle, tracing  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 
+
+class _Denier(WebsocketDenier):
+    # Channels' denier listens on the default channel layer: with Redis, a
+    # channel and a blocking receive per refused handshake, and cancelling
+    # that receive can hang (docs/pitfalls). A refusal needs no channel.
+    channel_layer_alias = "no channel layer"
+
+
+def _origin_checked(application):
+    """Channels' AllowedHostsOriginValidator, refusing with _Denier."""
+    validator = AllowedHostsOriginValidator(application)
+
+    async def checked(scope, receive, send):
+        origin = dict(scope.get("headers", [])).get(b"origin")
+        if validator.valid_origin(urlparse(origin.decode("latin1")) if origin is not None else None):
+            return await application(scope, receive, send)
+        return await _Denier()(scope, receive, send)
+
+    return checked
+
+
 router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": _origin_checked(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -366,6 +366,23 @@ async def test_refused_from_a_foreign_origin(db):
     assert not client.connected
 
 
+async def test_a_refused_handshake_listens_on_no_channel(db, monkeypatch):
+    """Channels' own denier would open a channel on the layer and block in
+    its receive: on Redis, one per refusal, and a receive that can hang when
+    cancelled. Ours refuses without one."""
+    from channels import consumer
+
+    layers = []
+    lookup = consumer.get_channel_layer
+    monkeypatch.setattr(consumer, "get_channel_layer", lambda alias: layers.append(lookup(alias)) or layers[-1])
+    for client in [
+        await ChatClient.connect(origin=b"https://evil.example"),
+        await ChatClient.connect(session_key="no-such-session"),
+    ]:
+        assert not client.connected
+    assert len(layers) == 2 and layers == [None, None]
+
+
 # --- the generation log -------------------------------------------------------------------
 
 
