@@ -124,6 +124,10 @@ class Hub:
         self.owned: dict[str, Broadcast] = {}
         self.remote: dict[str, _Remote] = {}
         self._outboxes: dict[str, _Outbox] = {}
+        # The latest turn of each visitor with tabs here that has ended: an
+        # announcement arriving after its turn's end (read meanwhile from the
+        # database) must not start it again in the tabs. Turn ids only grow.
+        self._ended: dict[str, int] = {}
         self._pings: dict[str, asyncio.Future] = {}
         self._background: set[asyncio.Task] = set()
         # Group discards under way, by visitor: a tab that comes back (a
@@ -215,8 +219,14 @@ class Hub:
         frames of a turn merged while a send is in flight."""
         outbox = self._outboxes.get(channel)
         if outbox is None:
-            outbox = self._outboxes[channel] = _Outbox(self.layer, channel)
+            outbox = self._outboxes[channel] = _Outbox(self.layer, channel, self._outbox_idle)
         outbox.put(message)
+
+    def _outbox_idle(self, outbox: _Outbox) -> None:
+        # Processes come and go (every restart is a new channel): keep no
+        # outbox that has nothing to send.
+        if not outbox.queue and self._outboxes.get(outbox.channel) is outbox:
+            del self._outboxes[outbox.channel]
 
     def _spawn(self, work: Awaitable[Any]) -> asyncio.Task:
         task = asyncio.ensure_future(work)
@@ -281,6 +291,7 @@ class Hub:
         tabs.discard(tab)
         if not tabs:
             del self.tabs[visitor]
+            self._ended.pop(visitor, None)
             self._leaving[visitor] = self._spawn(self._discard(visitor))
         broadcast = self.owned.get(visitor)
         if broadcast is not None:
@@ -410,7 +421,7 @@ class Hub:
     async def _on_started(self, message: dict[str, Any]) -> None:
         visitor, turn_id, owner = message["visitor"], message["turn_id"], message["owner"]
         tabs = list(self.tabs.get(visitor, ()))
-        if owner == self.channel or not tabs:
+        if owner == self.channel or not tabs or turn_id <= self._ended.get(visitor, 0):
             return
         self.remote[visitor] = _Remote(turn_id, owner)
         for tab in tabs:
@@ -511,6 +522,7 @@ class Hub:
         seq = frame.get("seq")
         if frame["type"] == "turn.ended":
             del self.watched[tab]
+            self._ended[visitor] = max(self._ended.get(visitor, 0), turn_id)
         elif watched.seq < 0:
             return  # its resume is on its way, and covers this frame
         elif seq is not None:
@@ -536,9 +548,10 @@ class _Outbox:
     """Messages for one other process, sent one at a time, in order; frames
     of a turn that queue up behind a send in flight go as one message."""
 
-    def __init__(self, layer: Any, channel: str) -> None:
+    def __init__(self, layer: Any, channel: str, on_idle: Callable[[_Outbox], None]) -> None:
         self.layer = layer
         self.channel = channel
+        self.on_idle = on_idle
         self.queue: list[dict[str, Any]] = []
         self.sender: asyncio.Task | None = None
 
@@ -554,6 +567,7 @@ class _Outbox:
             self.queue.append(message)
         if self.sender is None or self.sender.done():
             self.sender = asyncio.ensure_future(self._send_all())
+            self.sender.add_done_callback(lambda _: self.on_idle(self))
 
     async def _send_all(self) -> None:
         while self.queue:

@@ -603,6 +603,35 @@ async def test_the_first_tab_hears_of_a_turn_that_started_while_it_joined_the_gr
     broadcast.task.cancel()
 
 
+async def test_an_announcement_that_arrives_after_its_turn_ended_is_ignored(processes):
+    owner, other = processes
+    there = FakeTab("there")
+    await other.join(there, "v4b", None)
+    broadcast = await owner.own(41, "v4b")
+    broadcast.task = sleeper()
+    await owner.publish(broadcast, {"type": "turn.started", "turn_id": 41})
+    await there.wait_for("turn.started")
+    for _ in range(300):  # the other process has said it watches
+        if broadcast.remote:
+            break
+        await asyncio.sleep(0.01)
+    await owner.publish(broadcast, {"type": "turn.ended", "turn_id": 41, "status": "completed"})
+    await there.wait_for("turn.ended")
+
+    # The same announcement again, late (reordered, or read from the database meanwhile).
+    late = {"type": "hub.started", "visitor": "v4b", "turn_id": 41, "owner": owner.channel}
+    await owner.layer.send(other.channel, late)
+    await other.check()  # a message sent after it has come back: it was handled
+
+    assert [f["type"] for f in there.frames if f["type"] != "turn.resume"] == ["turn.started", "turn.ended"]
+    assert not other.running("v4b")
+    broadcast.task.cancel()
+    await owner.drain()
+    await other.drain()
+    await asyncio.sleep(0)  # the senders' done callbacks
+    assert owner._outboxes == {} and other._outboxes == {}, "no outbox kept with nothing to send"
+
+
 async def test_the_health_check_round_trips_the_channel_layer(processes):
     owner, _ = processes
     await owner.check(timeout=2)
