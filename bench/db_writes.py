@@ -82,9 +82,8 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
     from django.db import connections
     from django.db.backends.signals import connection_created
 
-    from chat import provider as chat_provider
-    from chat import services, turns
-    from chat.visitors import Visitor
+    from chat import hub, services, turns
+    from chat.visitors import Visitor, hash_key
 
     def checkpoint(checkpoints):
         _in_checkpoint.on = True
@@ -93,24 +92,30 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
         finally:
             _in_checkpoint.on = False
 
+    frames: list[dict[str, Any]] = []
+
+    class Tab:
+        """The visitor's one tab, as the hub sees a socket."""
+
+        tab_id = "bench"
+
+        async def deliver(self, frame: dict[str, Any]) -> None:
+            frames.append(frame)
+
+    visitor = Visitor.of(hash_key(f"bench-{question}-{words}"), "10.0.0.1")
+    the_hub, tab = hub.current(), Tab()
+    await the_hub.join(tab, visitor.hash, None)  # the socket's connect: not the turn's work
     original = services.checkpoint_turns
     services.checkpoint_turns = checkpoint
     connection_created.connect(_install)
     await database_sync_to_async(connections.close_all)()  # reconnect, with the counter
     counts.clear()
-    frames: list[dict[str, Any]] = []
-
-    async def send(frame: dict[str, Any]) -> None:
-        frames.append(frame)
-
-    visitor = Visitor.of(f"bench-{question}-{words}", "10.0.0.1")
     loop = asyncio.get_running_loop()
     started = loop.time()
-    _, turn_id, messages = await database_sync_to_async(services.start_turn)(
-        visitor, None, question, chat_provider.model_name()
-    )
-    await turns.run_turn(turn_id, messages, send)
+    await turns.start(visitor, None, question)
+    await the_hub.owned[visitor.hash].task
     seconds = loop.time() - started
+    await the_hub.leave(tab, visitor.hash)
     connection_created.disconnect(_install)
     services.checkpoint_turns = original
     await database_sync_to_async(connections.close_all)()
