@@ -91,9 +91,14 @@ def main() -> None:
     for label, query in queries.items():
         print(f"{label:40} {median_ms(query):7.2f} ms")
     conversation = Conversation.objects.get(visitor_hash=visitor.hash).id
-    print(
-        f"{'start_turn, whole':40} {median_ms(lambda: services.start_turn(visitor, conversation, 'hi', 'm')):7.2f} ms"
-    )
+
+    def start_turn() -> None:
+        # Undone each time: a conversation runs one turn at a time (the database holds it).
+        with transaction.atomic():
+            services.start_turn(visitor, conversation, "hi", "m")
+            transaction.set_rollback(True)
+
+    print(f"{'start_turn, whole':40} {median_ms(start_turn):7.2f} ms")
 
 
 if __name__ == "__main__":
