@@ -359,6 +359,23 @@ def sleeper() -> asyncio.Task:
     return asyncio.create_task(asyncio.sleep(60))
 
 
+async def started_elsewhere(owner: Hub, other: Hub, visitor: str, turn_id: int) -> tuple[FakeTab, hub.Broadcast]:
+    """A tab on `other` already open when `owner` starts a turn: returns once
+    the turn was announced to it and `other` has told the owner it watches."""
+    there = FakeTab("there")
+    await other.join(there, visitor, None)
+    broadcast = await owner.own(turn_id, visitor)
+    broadcast.task = sleeper()
+    await owner.publish(broadcast, {"type": "turn.started", "turn_id": turn_id})
+    assert (await there.wait_for("turn.started"))["turn_id"] == turn_id
+    for _ in range(300):
+        if broadcast.remote:
+            break
+        await asyncio.sleep(0.01)
+    assert broadcast.remote, "the other process never said it watches"
+    return there, broadcast
+
+
 async def test_a_tab_of_another_process_is_resumed_then_follows(processes):
     owner, other = processes
     here = FakeTab("here")
@@ -384,16 +401,7 @@ async def test_a_tab_of_another_process_is_resumed_then_follows(processes):
 
 async def test_a_turn_started_elsewhere_is_announced_to_tabs_already_open(processes):
     owner, other = processes
-    there = FakeTab("there")
-    await other.join(there, "v2", None)
-    broadcast = await owner.own(20, "v2")
-    broadcast.task = sleeper()
-    await owner.publish(broadcast, {"type": "turn.started", "turn_id": 20})
-    assert (await there.wait_for("turn.started"))["turn_id"] == 20
-    for _ in range(100):  # the other process has said it watches
-        if broadcast.remote:
-            break
-        await asyncio.sleep(0.01)
+    there, broadcast = await started_elsewhere(owner, other, "v2", 20)
     await owner.publish(broadcast, {"type": "delta", "turn_id": 20, "text": "Hi"})
     await owner.publish(broadcast, {"type": "turn.ended", "turn_id": 20, "status": "completed"})
     await there.wait_for("turn.ended")
@@ -521,16 +529,7 @@ async def test_a_full_channel_delays_frames_to_another_process_but_loses_none(pr
     from channels.exceptions import ChannelFull
 
     owner, other = processes
-    there = FakeTab("there")
-    await other.join(there, "v7", None)
-    broadcast = await owner.own(70, "v7")
-    broadcast.task = sleeper()
-    await owner.publish(broadcast, {"type": "turn.started", "turn_id": 70})
-    await there.wait_for("turn.started")
-    for _ in range(300):  # the other process has said it watches
-        if broadcast.remote:
-            break
-        await asyncio.sleep(0.01)
+    there, broadcast = await started_elsewhere(owner, other, "v7", 70)
 
     send, refusals = owner.layer.send, []
 
@@ -605,16 +604,7 @@ async def test_the_first_tab_hears_of_a_turn_that_started_while_it_joined_the_gr
 
 async def test_an_announcement_that_arrives_after_its_turn_ended_is_ignored(processes):
     owner, other = processes
-    there = FakeTab("there")
-    await other.join(there, "v4b", None)
-    broadcast = await owner.own(41, "v4b")
-    broadcast.task = sleeper()
-    await owner.publish(broadcast, {"type": "turn.started", "turn_id": 41})
-    await there.wait_for("turn.started")
-    for _ in range(300):  # the other process has said it watches
-        if broadcast.remote:
-            break
-        await asyncio.sleep(0.01)
+    there, broadcast = await started_elsewhere(owner, other, "v4b", 41)
     await owner.publish(broadcast, {"type": "turn.ended", "turn_id": 41, "status": "completed"})
     await there.wait_for("turn.ended")
 
