@@ -213,6 +213,8 @@ class EventParser:
         self._data: list[str] = []
 
     def feed(self, data: bytes) -> list[str]:
+        if not data:
+            return []  # an empty read must not use up a pending CR's LF
         if self._after_cr:
             # The stream's last byte was a CR: an LF now completes its CRLF.
             self._after_cr = False

@@ -99,6 +99,15 @@ def test_a_crlf_split_before_an_empty_read():
     assert parser.feed(b"\n\r\n") == ["one"]
 
 
+def test_an_empty_read_between_cr_and_lf_keeps_a_two_line_event_whole():
+    # Found by test_any_split_gives_the_same_events: the empty read used up
+    # the CR's pending LF, which then ended the event after its first line.
+    parser = EventParser()
+    assert parser.feed(b"data: one\r") == []
+    assert parser.feed(b"") == []
+    assert parser.feed(b"\ndata: two\r\n\r\n") == ["one\ntwo"]
+
+
 def test_a_leading_bom_is_dropped():
     assert feed_all([BOM + b"data: first\n\n"]) == ["first"]
 
