@@ -20,7 +20,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 COMPLETED = "completed"
 TRUNCATED = "truncated"
@@ -28,10 +28,14 @@ FAILED = "failed"
 INTERRUPTED = "interrupted"
 
 PARAGRAPH_BREAK = "\n\n"
-# Without a tokenizer for every provider's model, estimate ~4 characters per
-# token (OpenAI's rule of thumb for English) plus a few tokens per message.
-CHARS_PER_TOKEN = 4
-TOKENS_PER_MESSAGE = 4
+# Without a tokenizer for every provider's model, a round cut short is
+# estimated from its characters: ~4 per token (OpenAI's rule of thumb for
+# English) until the model's own ratios are learnt (billing/calibration.py).
+# Providers also bill each message's framing (role, separators) and the tool
+# definitions, which they render into the prompt.
+CHARS_PER_TOKEN = 4.0
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_PROMPT = 3  # the reply's priming ("<|start|>assistant")
 
 
 class StreamError(Exception):
@@ -75,17 +79,40 @@ class ToolCall:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class Ratios:
+    """Characters per token of a model's prompts and of its output."""
+
+    input: float = CHARS_PER_TOKEN
+    output: float = CHARS_PER_TOKEN
+
+
 @dataclass
 class Usage:
     input_tokens: int
     output_tokens: int
     estimated: bool
+    # Parts of the two above, as the provider reported them (0 when not).
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+class Sample(NamedTuple):
+    """A whole round's characters next to the tokens the provider counted for
+    them, framing left out: what calibration learns a model's ratios from."""
+
+    prompt_chars: int
+    prompt_tokens: int
+    output_chars: int
+    output_tokens: int
 
 
 @dataclass
 class Round:
     number: int
-    prompt_chars: int
+    prompt_chars: int  # what the provider tokenizes: message texts, tool definitions
+    prompt_messages: int = 0
+    ratios: Ratios = Ratios()  # the estimate's, for what the provider does not report
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     first_delta_at: datetime | None = None
     ended_at: datetime | None = None
@@ -108,19 +135,52 @@ class Round:
             return Usage(0, 0, False)
         input_tokens = _token_count(reported, "prompt_tokens")
         output_tokens = _token_count(reported, "completion_tokens")
-        estimated_input = math.ceil(self.prompt_chars / CHARS_PER_TOKEN)
-        generated = len(self.content) + self.reasoning_chars
-        generated += sum(len(c.name) + len(c.arguments) for c in self.tool_calls)
-        estimated_output = math.ceil(generated / CHARS_PER_TOKEN)
+        estimated_input = math.ceil(self.prompt_chars / self.ratios.input) + self.framing_tokens
+        estimated_output = math.ceil(self.output_chars / self.ratios.output)
         if not self.finish_reason:
             # Cut short: whatever was reported was a running total at best.
             input_tokens = estimated_input if input_tokens is None else input_tokens
-            return Usage(input_tokens, max(output_tokens or 0, estimated_output), True)
-        estimated = input_tokens is None or output_tokens is None
+            output_tokens = max(output_tokens or 0, estimated_output)
+            estimated = True
+        else:
+            estimated = input_tokens is None or output_tokens is None
+            input_tokens = estimated_input if input_tokens is None else input_tokens
+            output_tokens = estimated_output if output_tokens is None else output_tokens
         return Usage(
-            estimated_input if input_tokens is None else input_tokens,
-            estimated_output if output_tokens is None else output_tokens,
+            input_tokens,
+            output_tokens,
             estimated,
+            cached_input_tokens=min(_cached_tokens(reported), input_tokens),
+            reasoning_tokens=min(_reasoning_tokens(reported), output_tokens),
+        )
+
+    @property
+    def framing_tokens(self) -> int:
+        return TOKENS_PER_MESSAGE * self.prompt_messages + TOKENS_PER_PROMPT if self.prompt_messages else 0
+
+    @property
+    def output_chars(self) -> int:
+        """What the model generated: text, streamed reasoning, tool calls."""
+        generated = len(self.content) + self.reasoning_chars
+        return generated + sum(len(c.name) + len(c.arguments) for c in self.tool_calls)
+
+    def sample(self) -> Sample | None:
+        """This round's calibration sample: only a whole round with reported
+        usage is one."""
+        reported = self.reported_usage
+        prompt_tokens = _token_count(reported, "prompt_tokens")
+        output_tokens = _token_count(reported, "completion_tokens")
+        if not self.finish_reason or prompt_tokens is None or output_tokens is None:
+            return None
+        if not self.reasoning_chars:
+            # Reasoning the provider counted but never streamed (OpenAI's
+            # o-series) has no characters here to learn from.
+            output_tokens -= _reasoning_tokens(reported)
+        return Sample(
+            prompt_chars=self.prompt_chars,
+            prompt_tokens=prompt_tokens - self.framing_tokens,
+            output_chars=self.output_chars,
+            output_tokens=output_tokens,
         )
 
 
@@ -225,9 +285,14 @@ class RoundLoop:
         tools: Sequence[Tool],
         sink: Sink,
         max_rounds: int,
+        ratios: Callable[[], Ratios] = Ratios,
     ) -> None:
         self.open_stream = open_stream
         self.tools = {tool.name: tool for tool in tools}
+        self.specs = [tool.spec() for tool in tools]
+        # Tool definitions are part of every prompt; counted once.
+        self.spec_chars = len(json.dumps(self.specs, separators=(",", ":"))) if self.specs else 0
+        self.ratios = ratios
         self.sink = sink
         self.max_rounds = max(1, max_rounds)
         self.rounds: list[Round] = []
@@ -238,7 +303,12 @@ class RoundLoop:
         messages = list(messages)
         for number in range(1, self.max_rounds + 1):
             last = number == self.max_rounds
-            rnd = Round(number=number, prompt_chars=_prompt_chars(messages))
+            rnd = Round(
+                number=number,
+                prompt_chars=self.spec_chars + sum(map(_message_chars, messages)),
+                prompt_messages=len(messages),
+                ratios=self.ratios(),
+            )
             self.rounds.append(rnd)
             calls, outcome = await self._stream(rnd, messages, last)
             if outcome is None and calls and last:
@@ -284,7 +354,7 @@ class RoundLoop:
         try:
             stream = await self.open_stream(
                 messages=messages,
-                tools=[tool.spec() for tool in self.tools.values()] or None,
+                tools=self.specs or None,
                 tool_choice="none" if last else "auto",
             )
         except Exception as exc:
@@ -478,11 +548,56 @@ def _field(obj: Any, name: str) -> Any:
 
 def _token_count(usage: Any, name: str) -> int | None:
     value = _field(usage, name)
-    return value if isinstance(value, int) and value >= 0 else None
+    if value is None and name in USAGE_ALIASES:
+        value = _field(usage, USAGE_ALIASES[name])
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def _prompt_chars(messages: list[dict[str, Any]]) -> int:
-    return len(json.dumps(messages)) + TOKENS_PER_MESSAGE * CHARS_PER_TOKEN * len(messages)
+# A few servers name Chat Completions usage as the Responses API does.
+USAGE_ALIASES = {"prompt_tokens": "input_tokens", "completion_tokens": "output_tokens"}
+
+
+def _cached_tokens(usage: Any) -> int:
+    """Prompt tokens served from the provider's cache, under any of the names
+    providers use (OpenAI and most compatible servers, DeepSeek, Moonshot,
+    Anthropic-style)."""
+    for parent, name in (
+        ("prompt_tokens_details", "cached_tokens"),
+        ("input_tokens_details", "cached_tokens"),
+        (None, "prompt_cache_hit_tokens"),
+        (None, "cache_read_input_tokens"),
+        (None, "cached_tokens"),
+    ):
+        value = _token_count(_field(usage, parent) if parent else usage, name)
+        if value:
+            return value
+    return 0
+
+
+def _reasoning_tokens(usage: Any) -> int:
+    """Output tokens the model spent reasoning (included in completion_tokens)."""
+    for parent in ("completion_tokens_details", "output_tokens_details", None):
+        value = _token_count(_field(usage, parent) if parent else usage, "reasoning_tokens")
+        if value:
+            return value
+    return 0
+
+
+def _message_chars(message: Mapping[str, Any]) -> int:
+    """The characters of a message that a tokenizer reads: its text, name and
+    tool calls, not its JSON punctuation."""
+    content = message.get("content")
+    if isinstance(content, str):
+        chars = len(content)
+    elif isinstance(content, list):
+        chars = sum(len(part.get("text") or "") for part in content if isinstance(part, Mapping))
+    else:
+        chars = 0
+    chars += len(message.get("name") or "")
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        chars += len(function.get("name") or "") + len(function.get("arguments") or "")
+    return chars
 
 
 def _error_code(exc: Exception) -> str:

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from chat.rounds import Round, RoundLoop, Tool, Usage
+from chat.rounds import Ratios, Round, RoundLoop, Tool, Usage
 from tests.provider import (
     CHUNK_BASE,
     DONE,
@@ -155,6 +155,84 @@ async def test_no_usage_at_all_is_estimated(provider, open_stream):
     assert rnd.usage.estimated is True
     assert rnd.usage.output_tokens == 3  # 12 characters, ~4 per token
     assert rnd.usage.input_tokens > 0
+
+
+# --- what the estimate counts, and usage details -----------------------------------------------
+
+
+async def test_the_input_estimate_counts_tool_definitions_and_message_framing(provider, open_stream):
+    provider.queue([text("Hi"), finish("stop"), DONE])  # no usage: estimated
+    _, loop, _, _ = await run(open_stream)
+    rnd = loop.rounds[0]
+    body = provider.requests[0].body
+    tools_chars = len(json.dumps(body["tools"], separators=(",", ":")))
+    text_chars = sum(len(m["content"]) for m in MESSAGES)
+    assert rnd.prompt_chars == tools_chars + text_chars
+    # 3 tokens a message and 3 to prime the reply, as OpenAI counts them.
+    assert rnd.usage.input_tokens == -(-rnd.prompt_chars // 4) + 3 * len(MESSAGES) + 3
+
+
+async def test_a_round_is_estimated_with_the_ratios_it_was_given(provider, open_stream):
+    provider.queue([text("x" * 100), WaitFor(asyncio.Event())])
+    sink = Sink()
+    loop = RoundLoop(open_stream, [], sink, 5, ratios=lambda: Ratios(input=2.0, output=2.5))
+    task = asyncio.create_task(loop.run(MESSAGES))
+    await sink.got_text.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    rnd = loop.rounds[0]
+    assert rnd.usage.output_tokens == 40  # 100 characters at 2.5 a token
+    assert rnd.usage.input_tokens == -(-len("Be brief.question") // 2) + 3 * 2 + 3
+    assert rnd.sample() is None  # cut short: nothing to learn from
+
+
+@pytest.mark.parametrize(
+    "reported",
+    [
+        # OpenAI, xAI, Anthropic's and Gemini's compatibility layers, OpenRouter, vLLM
+        {"prompt_tokens_details": {"cached_tokens": 60}, "completion_tokens_details": {"reasoning_tokens": 7}},
+        # DeepSeek
+        {"prompt_cache_hit_tokens": 60, "prompt_cache_miss_tokens": 40, "reasoning_tokens": 7},
+        # Moonshot (top level), Responses-style details
+        {"cached_tokens": 60, "output_tokens_details": {"reasoning_tokens": 7}},
+        {"input_tokens_details": {"cached_tokens": 60}, "completion_tokens_details": {"reasoning_tokens": 7}},
+    ],
+)
+async def test_cached_and_reasoning_tokens_are_read_from_each_providers_usage(provider, open_stream, reported):
+    provider.queue([text("Hi"), finish("stop"), {**CHUNK_BASE, "choices": [], "usage": {**_usage(100, 9), **reported}}])
+    _, loop, _, _ = await run(open_stream)
+    assert loop.rounds[0].usage == Usage(100, 9, False, cached_input_tokens=60, reasoning_tokens=7)
+
+
+async def test_absent_or_null_usage_details_are_zero(provider, open_stream):
+    details = {"prompt_tokens_details": None, "completion_tokens_details": {"reasoning_tokens": None}}
+    provider.queue([text("Hi"), finish("stop"), {**CHUNK_BASE, "choices": [], "usage": {**_usage(10, 2), **details}}])
+    _, loop, _, _ = await run(open_stream)
+    assert loop.rounds[0].usage == Usage(10, 2, False)
+
+
+async def test_usage_named_as_the_responses_api_names_it(provider, open_stream):
+    provider.queue(
+        [text("Hi"), finish("stop"), {**CHUNK_BASE, "choices": [], "usage": {"input_tokens": 33, "output_tokens": 4}}]
+    )
+    _, loop, _, _ = await run(open_stream)
+    assert loop.rounds[0].usage == Usage(33, 4, False)
+
+
+async def test_a_whole_round_is_a_calibration_sample_net_of_framing(provider, open_stream):
+    provider.queue([text("Twelve chars"), finish("stop"), usage(200, 5), DONE])
+    _, loop, _, _ = await run(open_stream)
+    rnd = loop.rounds[0]
+    assert rnd.sample() == (rnd.prompt_chars, 200 - (3 * 2 + 3), 12, 5)
+
+
+async def test_hidden_reasoning_is_left_out_of_the_output_sample(provider, open_stream):
+    reported = {**_usage(200, 105), "completion_tokens_details": {"reasoning_tokens": 100}}
+    provider.queue([text("Twelve chars"), finish("stop"), {**CHUNK_BASE, "choices": [], "usage": reported}])
+    _, loop, _, _ = await run(open_stream)
+    assert loop.rounds[0].sample().output_tokens == 5  # the 12 characters shown
+    assert loop.rounds[0].usage.reasoning_tokens == 100
 
 
 # --- finish_reason ------------------------------------------------------------------------
