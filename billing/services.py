@@ -22,17 +22,32 @@ logger = logging.getLogger("kookee.billing")
 
 MILLION = Decimal(1_000_000)
 
+# What may follow a price's name in a model name it prices: a dated or
+# numbered snapshot of the same model (gpt-4o-2024-08-06, claude-3-5-sonnet@20240620,
+# mistral-large-2407, gemini-1.5-pro-002, llama3.1:latest). Never a word:
+# gpt-4o-mini and gpt-4o-audio-preview are other models, at other prices.
+SNAPSHOT = re.compile(r"(?:[-@:](?:\d{4}-\d{2}-\d{2}|\d{2}-\d{2}|\d{3,8}|v\d+(?:\.\d+)*|latest))+")
+
 
 def price_for(model: str, at: datetime | None = None) -> Price | None:
-    """The price in force for a model name. The longest price name that the
-    model name starts with, ending at a word boundary, wins: dated snapshots
-    ("gpt-4o-mini-2024-07-18") match, and a router's vendor part ("openai/")
-    is ignored. Among that name's prices, the latest effective one."""
-    name = model.rsplit("/", 1)[-1]
+    """The price in force at `at` (now by default) for a model name.
+
+    Names match case-insensitively, with or without a router's vendor part
+    ("openai/"). A price names the model itself or the start of it up to a
+    snapshot suffix; the longest, most specific name wins, and among its
+    prices the latest effective one."""
+    names = {model.lower(), model.lower().rsplit("/", 1)[-1]}
     at = at or timezone.now()
-    prices = [p for p in _all_prices() if p.effective_from <= at]
-    matching = [p for p in prices if re.match(re.escape(p.model) + r"(?:$|[-:@])", name)]
+    matching = [p for p in _all_prices() if p.effective_from <= at and _prices_model(p.model.lower(), names)]
+    # Prices are latest first, and max keeps the first of equals.
     return max(matching, key=lambda p: len(p.model), default=None)
+
+
+def _prices_model(price_name: str, names: set[str]) -> bool:
+    return any(
+        name == price_name or (name.startswith(price_name) and SNAPSHOT.fullmatch(name, len(price_name)))
+        for name in names
+    )
 
 
 # Every price, latest first, read at most once a minute per process: a turn
@@ -48,7 +63,7 @@ def _all_prices() -> list[Price]:
     cached = _prices
     if cached is not None and time.monotonic() - cached[0] < PRICES_RECHECK_SECONDS:
         return cached[1]
-    prices = list(Price.objects.order_by("-effective_from"))
+    prices = list(Price.objects.order_by("-effective_from", "-id"))
     _prices = (time.monotonic(), prices)
     return prices
 
@@ -60,30 +75,56 @@ def forget_prices(**kwargs) -> None:
     _prices = None
 
 
-def cost_of(model: str, input_tokens: int, output_tokens: int) -> Decimal:
-    price = price_for(model)
-    if price is None:
-        # Billed at zero, and said loudly: finance must add the price.
-        logger.warning("billing: no price for model=%s; cost recorded as 0", model)
-        return Decimal(0)
-    return (input_tokens * price.input_per_million + output_tokens * price.output_per_million) / MILLION
+def cost_of(price: Price, input_tokens: int, output_tokens: int, cached_input_tokens: int = 0) -> Decimal:
+    """USD for the tokens at the price's rates. Cached input, part of the
+    input, costs the cached rate where the price has one."""
+    cached = min(cached_input_tokens, input_tokens)
+    cached_rate = price.input_per_million if price.cached_input_per_million is None else price.cached_input_per_million
+    return (
+        (input_tokens - cached) * price.input_per_million
+        + cached * cached_rate
+        + output_tokens * price.output_per_million
+    ) / MILLION
 
 
-def bill_once(turn_id: int, *, model: str, input_tokens: int, output_tokens: int, estimated: bool) -> LedgerEntry:
+def bill_once(
+    turn_id: int,
+    *,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    estimated: bool,
+    cached_input_tokens: int = 0,
+    reasoning_tokens: int = 0,
+    priced_at: datetime | None = None,
+) -> LedgerEntry:
     """Writes the turn's ledger entry, or returns the one already written.
+
+    The turn is priced at `priced_at`, its start: a price that takes effect
+    while it runs does not apply to it. With no price in force the cost is
+    NULL, unpriced, and said loudly. The entry keeps the price and its rates.
 
     The one-to-one column makes a second entry impossible: a second call,
     concurrent or not, gets the first entry back.
     """
+    price = price_for(model, priced_at)
+    if price is None:
+        logger.warning("billing: no price for model=%s; turn=%s recorded as unpriced", model, turn_id)
     try:
         with transaction.atomic():
             return LedgerEntry.objects.create(
                 turn_id=turn_id,
                 model=model,
                 input_tokens=input_tokens,
+                cached_input_tokens=min(cached_input_tokens, input_tokens),
                 output_tokens=output_tokens,
+                reasoning_tokens=min(reasoning_tokens, output_tokens),
                 estimated=estimated,
-                cost=cost_of(model, input_tokens, output_tokens),
+                cost=None if price is None else cost_of(price, input_tokens, output_tokens, cached_input_tokens),
+                price=price,
+                input_per_million=price and price.input_per_million,
+                cached_input_per_million=price and price.cached_input_per_million,
+                output_per_million=price and price.output_per_million,
             )
     except IntegrityError:
         return LedgerEntry.objects.get(turn_id=turn_id)

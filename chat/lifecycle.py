@@ -21,6 +21,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from billing import calibration
 from chat import hub, services, turns
 
 logger = logging.getLogger("kookee.lifecycle")
@@ -86,6 +87,10 @@ async def stop_running_turns() -> None:
             await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_SECONDS)
         # The turns' last frames, then the closed tabs' unwatch, to other processes.
         await the_hub.drain()
+    try:
+        await database_sync_to_async(calibration.flush)()  # what this process learnt
+    except Exception:
+        logger.exception("shutting down: calibration not saved")
 
 
 def _hook_daphne_shutdown() -> None:

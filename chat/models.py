@@ -111,6 +111,9 @@ class Generation(models.Model):
     # Empty when the stream ended without one (stopped, cut, failed).
     finish_reason = models.CharField(max_length=32, blank=True)
     input_tokens = models.PositiveIntegerField(default=0)
+    # Parts of the two above, when the provider reported them.
+    cached_input_tokens = models.PositiveIntegerField(default=0)
+    reasoning_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
     usage_estimated = models.BooleanField(default=False)
     started_at = models.DateTimeField()

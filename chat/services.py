@@ -17,6 +17,7 @@ from django.db.models import Prefetch, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from billing import calibration
 from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat import embed, help_center, limits
@@ -172,6 +173,9 @@ def start_turn(
     already, in any process; LimitReached when the visitor is over a limit;
     Refused when their key no longer reaches the conversation.
     """
+    # The model's learnt ratios, for estimating what the provider will not
+    # report (a query a minute at most, outside the turn's transaction).
+    calibration.load(model)
     try:
         return _start_turn(visitor, conversation_id, user_text, model, owner)
     except IntegrityError:
@@ -302,7 +306,9 @@ def record_generation(turn_id: int, rnd: Round) -> None:
             round=rnd.number,
             finish_reason=rnd.finish_reason,
             input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
             output_tokens=usage.output_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
             usage_estimated=usage.estimated,
             started_at=rnd.started_at,
             first_delta_at=rnd.first_delta_at,
@@ -321,13 +327,15 @@ def record_generation(turn_id: int, rnd: Round) -> None:
                 for call in rnd.tool_calls
             )
     logger.info(
-        "generation turn=%s round=%s finish_reason=%s input_tokens=%s output_tokens=%s "
-        "estimated=%s tool_calls=%s ttfd_ms=%s duration_ms=%s",
+        "generation turn=%s round=%s finish_reason=%s input_tokens=%s cached_input_tokens=%s "
+        "output_tokens=%s reasoning_tokens=%s estimated=%s tool_calls=%s ttfd_ms=%s duration_ms=%s",
         turn_id,
         rnd.number,
         rnd.finish_reason or "-",
         usage.input_tokens,
+        usage.cached_input_tokens,
         usage.output_tokens,
+        usage.reasoning_tokens,
         usage.estimated,
         len(rnd.tool_calls),
         _ms(rnd.started_at, rnd.first_delta_at),
@@ -406,13 +414,21 @@ def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
             started_at=turn.heartbeat_at,
             ended_at=turn.heartbeat_at,
         )
-    totals = turn.generations.aggregate(input=Sum("input_tokens"), output=Sum("output_tokens"))
+    totals = turn.generations.aggregate(
+        input=Sum("input_tokens"),
+        cached=Sum("cached_input_tokens"),
+        output=Sum("output_tokens"),
+        reasoning=Sum("reasoning_tokens"),
+    )
     bill_once(
         turn_id,
         model=turn.model,
         input_tokens=totals["input"] or 0,
+        cached_input_tokens=totals["cached"] or 0,
         output_tokens=totals["output"] or 0,
+        reasoning_tokens=totals["reasoning"] or 0,
         estimated=True,
+        priced_at=turn.started_at,
     )
     return True
 
@@ -434,7 +450,7 @@ def finish_turn(
     Returns the usage the ledger recorded, for the `turn.ended` frame. A turn
     that has ended already is left as it is.
     """
-    turn = Turn.objects.select_for_update().only("status", "client_network").get(pk=turn_id)
+    turn = Turn.objects.select_for_update().only("status", "client_network", "started_at").get(pk=turn_id)
     if turn.status != Turn.Status.STREAMING:
         return _usage_of(LedgerEntry.objects.get(turn_id=turn_id))
     recorded = set(Generation.objects.filter(turn_id=turn_id).values_list("round", flat=True))
@@ -456,8 +472,11 @@ def finish_turn(
         turn_id,
         model=model,
         input_tokens=sum(u.input_tokens for u in usages),
+        cached_input_tokens=sum(u.cached_input_tokens for u in usages),
         output_tokens=sum(u.output_tokens for u in usages),
+        reasoning_tokens=sum(u.reasoning_tokens for u in usages),
         estimated=any(u.estimated for u in usages),
+        priced_at=turn.started_at,
     )
     keys = [limits.SITE] + ([limits.network_key(turn.client_network)] if turn.client_network else [])
     transaction.on_commit(lambda: limits.day_totals.add(keys, entry.input_tokens + entry.output_tokens))

@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from billing import calibration
 from chat import hub, metrics, provider, rounds, services, tracing
 from chat.hub import Broadcast
-from chat.rounds import Outcome, Round, RoundLoop
+from chat.rounds import Outcome, Ratios, Round, RoundLoop
 from chat.sources import search_results, used_articles
 from chat.tools import TOOLS
 
@@ -56,7 +57,14 @@ class _Turn:
         self.started_sent = False
         self.asked_at = asyncio.get_running_loop().time()
         self.first_delta_seen = False
-        self.loop = RoundLoop(provider.open_stream, TOOLS, self, settings.KOOKEE_MAX_ROUNDS)
+        self.model = provider.model_name()
+        self.loop = RoundLoop(
+            provider.open_stream,
+            TOOLS,
+            self,
+            settings.KOOKEE_MAX_ROUNDS,
+            ratios=lambda: Ratios(*calibration.ratios(self.model)),
+        )
 
     async def send(self, frame: dict[str, Any]) -> None:
         await self.hub.publish(self.broadcast, frame)
@@ -106,6 +114,9 @@ async def _checkpoint_forever() -> None:
     write per second for the process, not one per turn, never one per token."""
     while True:
         await asyncio.sleep(settings.KOOKEE_CHECKPOINT_SECONDS)
+        if calibration.flush_due():
+            # What this process learnt of its models, for every process.
+            await database_sync_to_async(calibration.flush)()
         checkpoints = [turn.checkpoint() for task, turn in live.items() if not task.done()]
         if not checkpoints:
             continue
@@ -174,6 +185,10 @@ async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]]) -> None
 
 async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
     loop = turn.loop
+    for rnd in loop.rounds:
+        sample = rnd.sample()
+        if sample is not None:
+            calibration.observe(turn.model, *sample)
     # A turn cancelled by nobody's Stop was cut short by the process ending.
     reason = (turn.broadcast.stop_reason or hub.SHUTDOWN) if outcome.status == rounds.INTERRUPTED else ""
     try:
@@ -183,7 +198,7 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
             text=loop.text,
             error=outcome.detail or outcome.error,
             rounds=loop.rounds,
-            model=provider.model_name(),
+            model=turn.model,
             stop_reason=reason,
             stopped_by=turn.broadcast.stopped_by,
         )
@@ -213,7 +228,7 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
             error=outcome.error,
             stop_reason=reason,
             rounds=loop.rounds,
-            model=provider.model_name(),
+            model=turn.model,
             provider_name=metrics.provider_name(),
         )
     if not turn.started_sent:
@@ -239,7 +254,7 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
 def _count(turn: _Turn, outcome: Outcome) -> None:
     """The turn's figures for /metrics."""
     metrics.turn_ended(outcome.status)
-    model = provider.model_name()
+    model = turn.model
     last = turn.loop.rounds[-1] if turn.loop.rounds else None
     provider_fault = outcome.error if outcome.error and outcome.error not in ("round_limit", "server_error") else None
     if provider_fault:

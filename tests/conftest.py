@@ -39,12 +39,14 @@ def fresh_day_totals(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def fresh_caches():
-    """Prices and the help-center index cached by a test's process are not
-    the next test's (its database rolled back)."""
+    """Prices, calibrations and the help-center index cached by a test's
+    process are not the next test's (its database rolled back)."""
+    from billing import calibration
     from billing.services import forget_prices
     from chat import help_center
 
     forget_prices()
+    calibration.forget()
     help_center._forget()
 
 

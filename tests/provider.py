@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,7 +137,7 @@ class ScriptedProvider:
         self._server: asyncio.AbstractServer | None = None
         self._handlers: set[asyncio.Task] = set()
 
-    def queue(self, *scripts: list) -> None:
+    def queue(self, *scripts: list | Callable[[dict], list]) -> None:
         self.scripts.extend(scripts)
 
     async def start(self) -> str:
@@ -167,6 +168,8 @@ class ScriptedProvider:
             self.request_arrived.set()
             watcher = asyncio.create_task(self._watch_hangup(reader, request))
             script = self.scripts.pop(0) if self.scripts else [HTTPError(500, {"error": {"message": "no script"}})]
+            if callable(script):
+                script = script(body)  # a script written for this request (its counts, say)
             await self._play(script, writer, request)
             await watcher
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):

@@ -6,9 +6,10 @@ from decimal import Decimal
 
 import pytest
 from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
 from django.utils import timezone
 
-from billing.models import LedgerEntry, Price
+from billing.models import LedgerEntry, Price, PriceInUse
 from billing.services import bill_once, cost_of, price_for
 from chat import services
 from chat.models import Generation, Turn
@@ -86,47 +87,246 @@ def test_the_database_refuses_a_second_entry_for_a_turn(turn_id):
 # --- prices ----------------------------------------------------------------------------------
 
 
+def priced(model, input_tokens, output_tokens, cached_input_tokens=0):
+    price = price_for(model)
+    return None if price is None else cost_of(price, input_tokens, output_tokens, cached_input_tokens)
+
+
 def test_cost_is_an_exact_decimal_per_million_tokens():
     # 1,234,567 x 0.15 + 89,012 x 0.60 = 185,185.05 + 53,407.2 = 238,592.25 per million
-    cost = cost_of("gpt-4o-mini", 1_234_567, 89_012)
+    cost = priced("gpt-4o-mini", 1_234_567, 89_012)
 
     assert isinstance(cost, Decimal)
     assert cost == Decimal("0.23859225")
 
 
 def test_a_dated_snapshot_is_priced_as_its_model():
-    assert cost_of("gpt-4o-mini-2024-07-18", 1_000_000, 1_000_000) == Decimal("0.75")
+    assert priced("gpt-4o-mini-2024-07-18", 1_000_000, 1_000_000) == Decimal("0.75")
     # and not as the shorter prefix "gpt-4o" (2.50 + 10.00)
-    assert cost_of("gpt-4o-2024-08-06", 1_000_000, 1_000_000) == Decimal("12.50")
+    assert priced("gpt-4o-2024-08-06", 1_000_000, 1_000_000) == Decimal("12.50")
 
 
-def test_the_longest_matching_prefix_wins():
-    assert cost_of("gpt-4.1-mini", 1_000_000, 1_000_000) == Decimal("2.00")
-    assert cost_of("gpt-4.1-mini-2025-04-14", 1_000_000, 1_000_000) == Decimal("2.00")
-    assert cost_of("gpt-4.1", 1_000_000, 1_000_000) == Decimal("10.00")
-    assert cost_of("gpt-4.1-2025-04-14", 1_000_000, 1_000_000) == Decimal("10.00")
+def test_the_longest_matching_name_wins():
+    assert priced("gpt-4.1-mini", 1_000_000, 1_000_000) == Decimal("2.00")
+    assert priced("gpt-4.1-mini-2025-04-14", 1_000_000, 1_000_000) == Decimal("2.00")
+    assert priced("gpt-4.1", 1_000_000, 1_000_000) == Decimal("10.00")
+    assert priced("gpt-4.1-2025-04-14", 1_000_000, 1_000_000) == Decimal("10.00")
 
 
-def test_the_offline_model_costs_nothing(billing_log):
-    assert cost_of("kookee-offline", 5_000, 5_000) == Decimal(0)
+def test_the_offline_model_costs_nothing(billing_log, turn_id):
+    entry = bill(turn_id, model="kookee-offline")
+
+    assert entry.cost == Decimal(0)
+    assert entry.price.model == "kookee-offline"
     assert billing_log.records == []
 
 
-def test_an_unknown_model_costs_nothing_and_is_logged(billing_log, turn_id):
+def test_an_unknown_model_is_unpriced_not_free_and_is_logged(billing_log, turn_id):
     entry = bill(turn_id, model="mystery-model-7b")
 
-    assert entry.cost == Decimal(0)
-    assert LedgerEntry.objects.get().cost == Decimal(0)
+    stored = LedgerEntry.objects.get()
+    assert entry.cost is None
+    assert stored.cost is None
+    assert (stored.price, stored.input_per_million, stored.output_per_million) == (None, None, None)
+    assert (stored.input_tokens, stored.output_tokens) == (1000, 500)  # the usage is kept whole
     warnings = [r for r in billing_log.records if r.name == "kookee.billing"]
     assert len(warnings) == 1
     assert warnings[0].levelno == logging.WARNING
     assert "mystery-model-7b" in warnings[0].getMessage()
+    assert "unpriced" in warnings[0].getMessage()
 
 
-def test_a_known_model_is_not_logged(billing_log):
-    cost_of("gpt-4o-mini", 10, 10)
+def test_a_known_model_is_not_logged(billing_log, turn_id):
+    bill(turn_id, model="gpt-4o-mini")
 
     assert billing_log.records == []
+
+
+@pytest.mark.parametrize("model", ["GPT-4o-mini", "gpt-4O-MINI-2024-07-18", "OpenAI/GPT-4o-mini"])
+def test_model_names_match_prices_in_any_case(model):
+    assert price_for(model).model == "gpt-4o-mini"
+
+
+def test_a_price_name_in_another_case_prices_the_model():
+    Price.objects.create(model="Mistral-Large", input_per_million=2, output_per_million=6)
+
+    assert price_for("mistral-large-2407").model == "Mistral-Large"
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "gpt-4o-audio-preview",  # not gpt-4o's rates: another model
+        "gpt-4o-realtime-preview-2024-12-17",
+        "gpt-4.1-turbo",
+        "gpt-4o-mini-tts",
+        "gpt-4omega",
+        "gpt-4.10",
+    ],
+)
+def test_a_longer_model_name_is_not_priced_as_a_shorter_price(model):
+    assert price_for(model) is None
+
+
+def test_a_price_for_the_longer_name_is_used_once_there_is_one():
+    Price.objects.create(model="gpt-4o-audio-preview", input_per_million=40, output_per_million=80)
+
+    assert price_for("gpt-4o-audio-preview-2024-12-17").model == "gpt-4o-audio-preview"
+    assert price_for("gpt-4o-2024-08-06").model == "gpt-4o"
+
+
+def test_a_price_name_is_unique_whatever_its_case():
+    Price.objects.create(model="Acme-1", input_per_million=1, output_per_million=1, effective_from=START)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Price.objects.create(model="acme-1", input_per_million=2, output_per_million=2, effective_from=START)
+
+
+START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("model", "priced_as"),
+    [
+        ("openai/gpt-4o-mini", "gpt-4o-mini"),
+        ("gpt-4o-mini:latest", "gpt-4o-mini"),
+        ("gpt-4o-mini@20240718", "gpt-4o-mini"),
+        ("gpt-4o-mini-0718", "gpt-4o-mini"),
+        ("gpt-4.10", None),
+        ("gpt-4omega", None),
+    ],
+)
+def test_model_names_match_prices_at_word_boundaries(model, priced_as):
+    price = price_for(model)
+    assert (price.model if price else None) == priced_as
+
+
+# --- cached input, reasoning ------------------------------------------------------------------
+
+
+def test_cached_input_costs_the_cached_rate(turn_id):
+    Price.objects.create(
+        model="cachey",
+        input_per_million=Decimal("1.00"),
+        cached_input_per_million=Decimal("0.10"),
+        output_per_million=Decimal("4.00"),
+    )
+
+    entry = bill(turn_id, model="cachey", input_tokens=1_000_000, cached_input_tokens=600_000, output_tokens=0)
+
+    # 400,000 x 1.00 + 600,000 x 0.10 per million
+    assert entry.cost == Decimal("0.46")
+    stored = LedgerEntry.objects.get()
+    assert (stored.cached_input_tokens, stored.cached_input_per_million) == (600_000, Decimal("0.10"))
+
+
+def test_without_a_cached_rate_cached_input_costs_the_input_rate(turn_id):
+    entry = bill(turn_id, input_tokens=1_000_000, cached_input_tokens=600_000, output_tokens=0)
+
+    assert entry.cost == Decimal("0.15")
+    assert LedgerEntry.objects.get().cached_input_per_million is None
+
+
+def test_reasoning_tokens_are_recorded_and_billed_as_the_output_they_are_part_of(turn_id):
+    entry = bill(turn_id, input_tokens=0, output_tokens=1_000_000, reasoning_tokens=700_000)
+
+    assert entry.cost == Decimal("0.60")
+    assert LedgerEntry.objects.get().reasoning_tokens == 700_000
+
+
+def test_parts_never_exceed_their_whole(turn_id):
+    bill(turn_id, input_tokens=10, cached_input_tokens=50, output_tokens=5, reasoning_tokens=9)
+
+    stored = LedgerEntry.objects.get()
+    assert (stored.cached_input_tokens, stored.reasoning_tokens) == (10, 5)
+
+
+# --- reproducible costs -------------------------------------------------------------------------
+
+
+def test_an_entry_records_the_price_and_rates_it_used(turn_id):
+    entry = bill(turn_id)
+
+    stored = LedgerEntry.objects.get()
+    price = price_for("gpt-4o-mini")
+    assert stored.price_id == price.pk
+    assert (stored.input_per_million, stored.output_per_million) == (Decimal("0.15"), Decimal("0.60"))
+    # The cost is reproducible from the entry alone.
+    assert (
+        stored.cost
+        == (stored.input_tokens * stored.input_per_million + stored.output_tokens * stored.output_per_million)
+        / 1_000_000
+    )
+    assert entry.cost == stored.cost
+
+
+def test_a_used_price_cannot_be_edited_or_deleted(turn_id):
+    bill(turn_id)
+    price = Price.objects.get(pk=price_for("gpt-4o-mini").pk)
+    before = Price.objects.filter(pk=price.pk).values().get()
+
+    price.input_per_million = Decimal("9")
+    with pytest.raises(PriceInUse):
+        price.save()
+    with pytest.raises(PriceInUse):
+        Price.objects.filter(pk=price.pk).update(input_per_million=9)
+    with pytest.raises(ProtectedError):
+        Price.objects.get(pk=price.pk).delete()
+
+    assert Price.objects.filter(pk=price.pk).values().get() == before
+
+
+def test_an_unused_price_can_still_be_corrected():
+    price = Price.objects.create(model="new-model", input_per_million=1, output_per_million=1)
+
+    price.input_per_million = Decimal("2")
+    price.save()
+    Price.objects.filter(pk=price.pk).update(output_per_million=3)
+    assert Price.objects.filter(pk=price.pk).values_list("input_per_million", "output_per_million").get() == (2, 3)
+    Price.objects.get(pk=price.pk).delete()
+
+
+def test_a_turn_is_priced_at_its_start(turn_id):
+    started_at = Turn.objects.get(pk=turn_id).started_at
+    # A new price that takes effect while the turn runs does not apply to it.
+    Price.objects.create(
+        model="gpt-4o-mini", input_per_million=9, output_per_million=9, effective_from=started_at + timedelta(seconds=1)
+    )
+
+    entry = bill(turn_id, priced_at=started_at)
+
+    assert entry.input_per_million == Decimal("0.15")
+    assert entry.cost == Decimal("0.00045")
+
+
+def test_finish_turn_prices_the_turn_at_its_start(turn_id):
+    started_at = Turn.objects.get(pk=turn_id).started_at
+    Price.objects.create(
+        model="gpt-4o-mini", input_per_million=9, output_per_million=9, effective_from=started_at + timedelta(seconds=1)
+    )
+
+    finish(turn_id, [make_round(1, usage={"prompt_tokens": 1000, "completion_tokens": 500})])
+
+    assert LedgerEntry.objects.get().cost == Decimal("0.00045")
+
+
+def test_a_new_price_applies_from_its_date_and_never_rewrites_the_past(turn_id):
+    old_entry = bill(turn_id, input_tokens=1_000_000, output_tokens=0)
+    assert old_entry.cost == Decimal("0.15")
+    Price.objects.create(
+        model="gpt-4o-mini",
+        input_per_million=Decimal("0.30"),
+        output_per_million=Decimal("1.20"),
+        effective_from=timezone.now(),
+    )
+    Price.objects.create(
+        model="gpt-4o-mini",
+        input_per_million=Decimal("9.99"),
+        output_per_million=Decimal("9.99"),
+        effective_from=timezone.now() + timedelta(days=30),  # not yet
+    )
+    assert priced("gpt-4o-mini", 1_000_000, 0) == Decimal("0.30")
+    assert LedgerEntry.objects.get(pk=old_entry.pk).cost == Decimal("0.15")
+    assert price_for("gpt-4o-mini", at=timezone.now() - timedelta(days=1)).input_per_million == Decimal("0.15")
 
 
 # --- append-only -----------------------------------------------------------------------------
@@ -284,37 +484,3 @@ def test_the_ledger_refuses_bulk_updates_and_deletes(turn_id):
     with pytest.raises(ValueError):
         LedgerEntry.objects.all().delete()
     assert row(entry) == before
-
-
-@pytest.mark.parametrize(
-    ("model", "priced_as"),
-    [
-        ("openai/gpt-4o-mini", "gpt-4o-mini"),
-        ("gpt-4o-mini:latest", "gpt-4o-mini"),
-        ("gpt-4.10", None),
-        ("gpt-4omega", None),
-    ],
-)
-def test_model_names_match_prices_at_word_boundaries(model, priced_as):
-    price = price_for(model)
-    assert (price.model if price else None) == priced_as
-
-
-def test_a_new_price_applies_from_its_date_and_never_rewrites_the_past(turn_id):
-    old_entry = bill(turn_id, input_tokens=1_000_000, output_tokens=0)
-    assert old_entry.cost == Decimal("0.15")
-    Price.objects.create(
-        model="gpt-4o-mini",
-        input_per_million=Decimal("0.30"),
-        output_per_million=Decimal("1.20"),
-        effective_from=timezone.now(),
-    )
-    Price.objects.create(
-        model="gpt-4o-mini",
-        input_per_million=Decimal("9.99"),
-        output_per_million=Decimal("9.99"),
-        effective_from=timezone.now() + timedelta(days=30),  # not yet
-    )
-    assert cost_of("gpt-4o-mini", 1_000_000, 0) == Decimal("0.30")
-    assert LedgerEntry.objects.get(pk=old_entry.pk).cost == Decimal("0.15")
-    assert price_for("gpt-4o-mini", at=timezone.now() - timedelta(days=1)).input_per_million == Decimal("0.15")
