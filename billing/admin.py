@@ -7,10 +7,10 @@ there, and finance never sees it (nor loads it)."""
 from __future__ import annotations
 
 from datetime import date, timedelta
-from decimal import Decimal
 
 from django import forms
-from django.contrib import admin
+from django.conf import settings
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
@@ -20,9 +20,13 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import formats, timezone
 from django.utils.dateparse import parse_date
+from django.utils.html import format_html
+from django.utils.http import urlencode
 
-from billing import charts, exports, reports
-from billing.models import LedgerEntry, Price
+from billing import calibration, charts, days, exports, reports
+from billing.models import Calibration, LedgerEntry, Price
+from billing.services import price_for
+from billing.templatetags.billing_admin import grouped, money, rate
 from kookee.admin import ModelAdmin
 
 CHART_DAYS = 30
@@ -64,16 +68,16 @@ class DateRangeFilter(admin.FieldListFilter):
     def queryset(self, request, queryset):
         # A range on the column itself, not on its date: the index serves it.
         if self.since:
-            queryset = queryset.filter(**{f"{self.field_path}__gte": reports.day_start(self.since)})
+            queryset = queryset.filter(**{f"{self.field_path}__gte": days.day_start(self.since)})
         if self.until:
-            queryset = queryset.filter(**{f"{self.field_path}__lt": reports.day_start(self.until + timedelta(days=1))})
+            queryset = queryset.filter(**{f"{self.field_path}__lt": days.day_start(self.until + timedelta(days=1))})
         return queryset
 
     def get_facet_counts(self, pk_attname, filtered_qs) -> dict:
         return {}
 
     def _ranges(self) -> list[tuple[str, date | None, date | None]]:
-        today = timezone.localdate()
+        today = days.today()
         month_start = today.replace(day=1)
         last_month_end = month_start - timedelta(days=1)
         return [
@@ -102,22 +106,77 @@ class TurnStatusFilter(admin.ChoicesFieldListFilter):
         self.title = "turn status"
 
 
+class PricedFilter(admin.SimpleListFilter):
+    title = "price"
+    parameter_name = "priced"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "Priced"), ("no", "Unpriced")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("yes", "no"):
+            return queryset.filter(cost__isnull=self.value() == "no")
+        return queryset
+
+
+# The conversation a ledger list is narrowed to, from the per-conversation page.
+CONVERSATION_LOOKUP = "turn__conversation__public_id"
+PER_CONVERSATION_ROWS = 200
+UNPRICED_WINDOW = timedelta(days=30)
+
+
+def unpriced_models() -> list[str]:
+    """Models billed in the last 30 days that have no price in force now:
+    their turns are being recorded as unpriced."""
+    since = timezone.now() - UNPRICED_WINDOW
+    models = LedgerEntry.objects.filter(created_at__gte=since).order_by().values_list("model", flat=True).distinct()
+    return sorted(model for model in models if price_for(model) is None)
+
+
+def warn_unpriced(request: HttpRequest, admin_site) -> None:
+    models = unpriced_models()
+    if models:
+        prices = reverse(f"{admin_site.name}:billing_price_changelist")
+        messages.warning(
+            request,
+            format_html(
+                "No price in force for {}: their turns are recorded as unpriced (no cost). "
+                '<a href="{}">Add a price</a>.',
+                ", ".join(models),
+                prices,
+            ),
+        )
+
+
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(ModelAdmin):
     """Read-only for everyone, superusers included: the ledger is append-only."""
 
-    list_display = ["created", "model", "input", "output", "is_estimated", "cost", "turn_status"]
+    list_display = ["created", "model", "input", "cached", "output", "reasoning", "is_estimated", "usd", "turn_status"]
     list_filter = [
         ("created_at", DateRangeFilter),
         "model",
         "estimated",
+        PricedFilter,
         ("turn__status", TurnStatusFilter),
     ]
     # Never the turn: its row holds the transcript. Its status is annotated.
     list_select_related = ()
     list_per_page = 100
     actions = None
-    fields = ["created_at", "turn_number", "turn_status", "model", "input", "output", "estimated", "cost"]
+    fields = [
+        "created_at",
+        "turn_number",
+        "turn_status",
+        "model",
+        "input",
+        "cached",
+        "output",
+        "reasoning",
+        "estimated",
+        "usd",
+        "price_used",
+    ]
     readonly_fields = fields
     change_list_template = "admin/billing/ledgerentry/change_list.html"
 
@@ -139,7 +198,7 @@ class LedgerEntryAdmin(ModelAdmin):
 
     @admin.display(description="date", ordering="created_at")
     def created(self, entry: LedgerEntry) -> str:
-        return formats.date_format(timezone.localtime(entry.created_at), "Y-m-d H:i")
+        return formats.date_format(timezone.localtime(entry.created_at, days.zone()), "Y-m-d H:i:s")
 
     @admin.display(description="turn", ordering="turn_id")
     def turn_number(self, entry: LedgerEntry) -> int:
@@ -147,11 +206,32 @@ class LedgerEntryAdmin(ModelAdmin):
 
     @admin.display(description="input tokens", ordering="input_tokens")
     def input(self, entry: LedgerEntry) -> str:
-        return formats.number_format(entry.input_tokens, force_grouping=True)
+        return grouped(entry.input_tokens)
+
+    @admin.display(description="cached input", ordering="cached_input_tokens")
+    def cached(self, entry: LedgerEntry) -> str:
+        return grouped(entry.cached_input_tokens)
 
     @admin.display(description="output tokens", ordering="output_tokens")
     def output(self, entry: LedgerEntry) -> str:
-        return formats.number_format(entry.output_tokens, force_grouping=True)
+        return grouped(entry.output_tokens)
+
+    @admin.display(description="reasoning", ordering="reasoning_tokens")
+    def reasoning(self, entry: LedgerEntry) -> str:
+        return grouped(entry.reasoning_tokens)
+
+    @admin.display(description="cost (USD)", ordering="cost")
+    def usd(self, entry: LedgerEntry) -> str:
+        return money(entry.cost)
+
+    @admin.display(description="price used")
+    def price_used(self, entry: LedgerEntry) -> str:
+        if entry.price_id is None:
+            return "none in force: unpriced"
+        rates = f"input {rate(entry.input_per_million)}, output {rate(entry.output_per_million)}"
+        if entry.cached_input_per_million is not None:
+            rates += f", cached input {rate(entry.cached_input_per_million)}"
+        return f"#{entry.price_id}: {rates} USD per million tokens"
 
     @admin.display(description="estimated", ordering="estimated")
     def is_estimated(self, entry: LedgerEntry) -> str:
@@ -169,6 +249,7 @@ class LedgerEntryAdmin(ModelAdmin):
         wrap = self.admin_site.admin_view
         return [
             path("monthly/", wrap(self.monthly_view), name=f"{name}_monthly"),
+            path("conversations/", wrap(self.conversations_view), name=f"{name}_conversations"),
             path("export/", wrap(self.export_view), name=f"{name}_export"),
             *super().get_urls(),
         ]
@@ -190,13 +271,19 @@ class LedgerEntryAdmin(ModelAdmin):
             chart=charts.daily_chart(days),
             export_url=self._url("export") + cl.get_query_string(),
             monthly_url=self._url("monthly") + cl.get_query_string(),
+            conversations_url=self._url("conversations") + cl.get_query_string(),
+            unpriced_url=cl.get_query_string({PricedFilter.parameter_name: "no"}),
         )
+        warn_unpriced(request, self.admin_site)
         return response
+
+    def lookup_allowed(self, lookup: str, value: str, request=None) -> bool:
+        return lookup == CONVERSATION_LOOKUP or super().lookup_allowed(lookup, value, request)
 
     def _chart_window(self, cl) -> tuple[date, date]:
         """The date filter's range; without one, the last 30 days."""
         dates = next(spec for spec in cl.filter_specs if isinstance(spec, DateRangeFilter))
-        today = timezone.localdate()
+        today = days.today()
         last = dates.until or max(today, dates.since or today)
         first = min(dates.since or last - timedelta(days=CHART_DAYS - 1), last)
         return max(first, last - timedelta(days=MAX_CHART_DAYS - 1)), last
@@ -216,7 +303,9 @@ class LedgerEntryAdmin(ModelAdmin):
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": "Monthly usage per model",
+            "time_zone": settings.TIME_ZONE,
             "months": reports.monthly(cl.queryset),
+            "conversations_url": self._url("conversations") + cl.get_query_string(),
             "filtered": cl.has_active_filters,
             "changelist_url": self._url("changelist") + cl.get_query_string(),
             "unfiltered_url": self._url("monthly"),
@@ -224,6 +313,30 @@ class LedgerEntryAdmin(ModelAdmin):
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/billing/ledgerentry/monthly.html", context)
+
+    def conversations_view(self, request: HttpRequest) -> HttpResponse:
+        try:
+            cl = self._filtered(request)
+        except (IncorrectLookupParameters, ValidationError) as e:
+            return HttpResponseBadRequest(f"Bad filter: {e}", content_type="text/plain")
+        rows = reports.by_conversation(cl.queryset, PER_CONVERSATION_ROWS)
+        changelist = self._url("changelist")
+        for row in rows:
+            row["entries_url"] = changelist + cl.get_query_string({CONVERSATION_LOOKUP: row["conversation"]})
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Usage per conversation",
+            "rows": rows,
+            "limit": PER_CONVERSATION_ROWS,
+            "totals": reports.totals(cl.queryset),
+            "filtered": cl.has_active_filters,
+            "changelist_url": changelist + cl.get_query_string(),
+            "unfiltered_url": self._url("conversations"),
+            "unpriced_url": changelist + cl.get_query_string({PricedFilter.parameter_name: "no"}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/billing/ledgerentry/conversations.html", context)
 
     def export_view(self, request: HttpRequest) -> HttpResponse:
         try:
@@ -233,29 +346,25 @@ class LedgerEntryAdmin(ModelAdmin):
         chunks = exports.csv_chunks(cl.queryset)
         content = exports.in_sync_thread(chunks) if isinstance(request, ASGIRequest) else chunks
         response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")
-        filename = f"kookee-ledger-{timezone.localdate():%Y-%m-%d}.csv"
+        filename = f"kookee-ledger-{days.today():%Y-%m-%d}.csv"
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response
 
 
 PRICE_HELP = (
-    "A price applies to turns billed from its effective date on. Each ledger entry keeps the cost "
-    "worked out when it was written, so adding or changing a price never rewrites past costs. "
-    "To change a price, add a row with the date the new price takes effect: the old row stays as history."
+    "A price applies to turns that start from its effective date on, and each ledger entry records the "
+    "price and rates it was billed at. A price that any entry used is history: it cannot be changed or "
+    "deleted. To change it, supersede it: add a row with the same model and the date the new rates take "
+    "effect. Model names match in any case, and the longest matching name wins."
 )
-
-
-def _per_million(value: Decimal) -> str:
-    # 2.00, 0.15, 0.075: cents always, further places only when they count.
-    return f"{value:.2f}" if value == round(value, 2) else f"{value.normalize():f}"
 
 
 class PriceForm(forms.ModelForm):
     class Meta:
         model = Price
-        fields = ["model", "input_per_million", "output_per_million", "effective_from"]
+        fields = ["model", "input_per_million", "cached_input_per_million", "output_per_million", "effective_from"]
         help_texts = {
-            "effective_from": "Turns billed from this moment on use this price; earlier entries keep their cost.",
+            "effective_from": "Turns that start from this moment on use this price; earlier entries keep theirs.",
         }
 
     def clean_model(self) -> str:
@@ -268,31 +377,67 @@ class PriceForm(forms.ModelForm):
 @admin.register(Price)
 class PriceAdmin(ModelAdmin):
     form = PriceForm
-    list_display = ["model", "input_price", "output_price", "effective", "state"]
+    list_display = ["model", "input_price", "cached_input_price", "output_price", "effective", "state", "use"]
     list_filter = ["model"]
     search_fields = ["model"]
     fieldsets = [(None, {"fields": PriceForm.Meta.fields, "description": PRICE_HELP})]
     change_list_template = "admin/billing/price/change_list.html"
+    change_form_template = "admin/billing/price/change_form.html"
 
     def get_queryset(self, request):
         newer_in_force = Price.objects.filter(
-            model=OuterRef("model"),
+            model__iexact=OuterRef("model"),
             effective_from__gt=OuterRef("effective_from"),
             effective_from__lte=timezone.now(),
         )
-        return super().get_queryset(request).annotate(superseded=Exists(newer_in_force))
+        used = LedgerEntry.objects.filter(price=OuterRef("pk"))
+        return super().get_queryset(request).annotate(superseded=Exists(newer_in_force), used=Exists(used))
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # A used price is history: its page shows it, read-only.
+        return super().has_change_permission(request, obj) and not (obj is not None and obj.in_use)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return super().has_delete_permission(request, obj) and not (obj is not None and obj.in_use)
+
+    def get_deleted_objects(self, objs, request):
+        # The bulk action: a used price among them is refused (protected).
+        deleted, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
+        protected = [*protected, *(f"{price} (billed ledger entries)" for price in objs if price.in_use)]
+        return deleted, model_count, perms_needed, protected
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        price = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if price is not None and price.in_use and self.has_add_permission(request):
+            context["supersede_url"] = self.supersede_url(price)
+        return super().change_view(request, object_id, form_url, context)
+
+    def supersede_url(self, price: Price) -> str:
+        """The add form, filled in with this price's model and rates."""
+        initial = {
+            "model": price.model,
+            "input_per_million": rate(price.input_per_million),
+            "cached_input_per_million": rate(price.cached_input_per_million),
+            "output_per_million": rate(price.output_per_million),
+        }
+        return reverse(f"{self.admin_site.name}:billing_price_add") + "?" + urlencode(initial)
 
     @admin.display(description="input, USD / 1M tokens", ordering="input_per_million")
     def input_price(self, price: Price) -> str:
-        return _per_million(price.input_per_million)
+        return rate(price.input_per_million)
+
+    @admin.display(description="cached input, USD / 1M", ordering="cached_input_per_million")
+    def cached_input_price(self, price: Price) -> str:
+        return rate(price.cached_input_per_million) or "as input"
 
     @admin.display(description="output, USD / 1M tokens", ordering="output_per_million")
     def output_price(self, price: Price) -> str:
-        return _per_million(price.output_per_million)
+        return rate(price.output_per_million)
 
     @admin.display(description="effective from", ordering="effective_from")
     def effective(self, price: Price) -> str:
-        return formats.date_format(timezone.localtime(price.effective_from), "Y-m-d H:i")
+        return formats.date_format(timezone.localtime(price.effective_from, days.zone()), "Y-m-d H:i")
 
     @admin.display(description="state")
     def state(self, price: Price) -> str:
@@ -300,5 +445,64 @@ class PriceAdmin(ModelAdmin):
             return "scheduled"
         return "superseded" if price.superseded else "in force"
 
+    @admin.display(description="billed")
+    def use(self, price: Price) -> str:
+        return "used: supersede to change" if price.used else "not used yet"
+
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        warn_unpriced(request, self.admin_site)
         return super().changelist_view(request, {"price_help": PRICE_HELP, **(extra_context or {})})
+
+
+@admin.register(Calibration)
+class CalibrationAdmin(ModelAdmin):
+    """What the estimates of rounds cut short are based on, per model.
+    Written by the app only."""
+
+    list_display = ["model", "input_ratio", "input_samples", "output_ratio", "output_samples", "in_use", "updated"]
+    fields = list_display
+    readonly_fields = fields
+    actions = None
+    change_list_template = "admin/billing/calibration/change_list.html"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="input, characters per token", ordering="input_chars_per_token")
+    def input_ratio(self, row: Calibration) -> str:
+        return f"{row.input_chars_per_token:.2f}"
+
+    @admin.display(description="output, characters per token", ordering="output_chars_per_token")
+    def output_ratio(self, row: Calibration) -> str:
+        return f"{row.output_chars_per_token:.2f}"
+
+    @admin.display(description="estimates use")
+    def in_use(self, row: Calibration) -> str:
+        learnt = [
+            name
+            for name, samples in (("input", row.input_samples), ("output", row.output_samples))
+            if samples >= calibration.MIN_SAMPLES
+        ]
+        if not learnt:
+            return f"the default ({calibration.DEFAULT_CHARS_PER_TOKEN:g}) until {calibration.MIN_SAMPLES} samples"
+        return "learnt ratios" if len(learnt) == 2 else f"learnt {learnt[0]} ratio"
+
+    @admin.display(description="last update", ordering="updated_at")
+    def updated(self, row: Calibration) -> str:
+        return formats.date_format(timezone.localtime(row.updated_at, days.zone()), "Y-m-d H:i:s")
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        help_text = (
+            "A round cut short (a Stop, a closed tab, a lost process) never gets the provider's token counts, "
+            "so it is estimated from its characters. Each model's characters per token are learnt from every "
+            "whole round the provider reported usage for, prompt and output apart: "
+            f"the default {calibration.DEFAULT_CHARS_PER_TOKEN:g} until a model has {calibration.MIN_SAMPLES} "
+            "samples, then a moving average."
+        )
+        return super().changelist_view(request, {"calibration_help": help_text, **(extra_context or {})})

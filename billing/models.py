@@ -91,7 +91,12 @@ class Price(models.Model):
         ordering = ["model", "-effective_from"]
         constraints = [
             # Names match case-insensitively, so they are unique that way.
-            models.UniqueConstraint(Lower("model"), "effective_from", name="one_price_per_model_and_date"),
+            models.UniqueConstraint(
+                Lower("model"),
+                "effective_from",
+                name="one_price_per_model_and_date",
+                violation_error_message="A price for this model (in any case) already takes effect at that moment.",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -6,13 +6,14 @@ changelist queryset) and runs exactly one query on it.
 
 from __future__ import annotations
 
-from datetime import date, datetime, time, timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import BigIntegerField, Count, DateField, F, Q, QuerySet, Sum
+from django.db.models import BigIntegerField, Count, DateField, F, Max, Min, Q, QuerySet, Sum
 from django.db.models.functions import Cast, Coalesce, Round, TruncDate, TruncMonth
-from django.utils import timezone
+
+from billing.days import day_start, zone
 
 # LedgerEntry.cost has 8 decimal places. SQLite sums decimals as floats, which
 # can drift in the last place over many rows; summing whole hundred-millionths
@@ -24,13 +25,21 @@ def _cost_units() -> Sum:
     return Sum(Cast(Round(F("cost") * _COST_UNITS), BigIntegerField()))
 
 
+# Summed per row and period; `cost` is the priced entries' cost, and
+# `unpriced` counts the entries it leaves out.
+COUNTS = ("turns", "input_tokens", "cached_input_tokens", "output_tokens", "reasoning_tokens", "estimated_turns")
+
+
 def _figures() -> dict[str, Any]:
     return {
         "turns": Count("pk"),
         "input_tokens": Coalesce(Sum("input_tokens"), 0),
+        "cached_input_tokens": Coalesce(Sum("cached_input_tokens"), 0),
         "output_tokens": Coalesce(Sum("output_tokens"), 0),
+        "reasoning_tokens": Coalesce(Sum("reasoning_tokens"), 0),
         "cost_units": Coalesce(_cost_units(), 0),
         "estimated_turns": Count("pk", filter=Q(estimated=True)),
+        "unpriced": Count("pk", filter=Q(cost__isnull=True)),
     }
 
 
@@ -42,13 +51,9 @@ def _finish(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def totals(entries: QuerySet) -> dict[str, Any]:
-    """Turns, tokens in and out, cost and the share of estimated entries."""
+    """Turns, tokens (with their cached and reasoning parts), the priced
+    entries' cost, how many are unpriced, and the share estimated."""
     return _finish(entries.aggregate(**_figures()))
-
-
-def day_start(day: date) -> datetime:
-    """Midnight starting `day` in the site's time zone."""
-    return timezone.make_aware(datetime.combine(day, time.min))
 
 
 def daily(entries: QuerySet, first: date, last: date) -> list[dict[str, Any]]:
@@ -57,7 +62,7 @@ def daily(entries: QuerySet, first: date, last: date) -> list[dict[str, Any]]:
     rows = (
         entries.filter(created_at__gte=day_start(first), created_at__lt=day_start(last + timedelta(days=1)))
         .order_by()
-        .annotate(day=TruncDate("created_at"))
+        .annotate(day=TruncDate("created_at", tzinfo=zone()))
         .values("day")
         .annotate(**_figures())
     )
@@ -65,8 +70,7 @@ def daily(entries: QuerySet, first: date, last: date) -> list[dict[str, Any]]:
     days = []
     for offset in range((last - first).days + 1):
         day = first + timedelta(days=offset)
-        zero = {"day": day, "turns": 0, "input_tokens": 0, "output_tokens": 0, "cost": Decimal(0)}
-        days.append(by_day.get(day, zero))
+        days.append(by_day.get(day, {"day": day, **_zero_total()}))
     return days
 
 
@@ -74,7 +78,7 @@ def monthly(entries: QuerySet) -> list[dict[str, Any]]:
     """Months, newest first, each with its rows per model and its total."""
     rows = (
         entries.order_by()
-        .annotate(month=TruncMonth("created_at", output_field=DateField()))
+        .annotate(month=TruncMonth("created_at", output_field=DateField(), tzinfo=zone()))
         .values("month", "model")
         .annotate(**_figures())
         .order_by("-month", "model")
@@ -91,10 +95,22 @@ def monthly(entries: QuerySet) -> list[dict[str, Any]]:
     return months
 
 
+def by_conversation(entries: QuerySet, limit: int) -> list[dict[str, Any]]:
+    """The `limit` costliest conversations, each with its figures (and its
+    public id: never a text)."""
+    rows = (
+        entries.order_by()
+        .values(conversation=F("turn__conversation__public_id"))
+        .annotate(**_figures(), first=Min("created_at"), last=Max("created_at"))
+        .order_by("-cost_units", "-turns", "conversation")[:limit]
+    )
+    return [_finish(row) for row in rows]
+
+
 def _zero_total() -> dict[str, Any]:
-    return {"turns": 0, "input_tokens": 0, "output_tokens": 0, "cost": Decimal(0), "estimated_turns": 0}
+    return {**dict.fromkeys(COUNTS, 0), "unpriced": 0, "cost": Decimal(0), "estimated_share": 0.0}
 
 
 def _add(total: dict[str, Any], row: dict[str, Any]) -> None:
-    for key in ("turns", "input_tokens", "output_tokens", "cost", "estimated_turns"):
+    for key in (*COUNTS, "unpriced", "cost"):
         total[key] += row[key]

@@ -20,6 +20,7 @@ from django.utils.text import Truncator
 from django.utils.timezone import localtime
 
 from billing.models import LedgerEntry
+from billing.templatetags.billing_admin import grouped, money
 from chat import services
 from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
 from kookee.admin import ModelAdmin
@@ -141,7 +142,8 @@ class ConversationAdmin(ModelAdmin):
             .annotate(total=Sum("cost"))
             .values("total")
         )
-        return queryset.annotate(cost_total=Subquery(costs))
+        unpriced = _per_row(LedgerEntry, "turn__conversation", Count("id"), cost__isnull=True)
+        return queryset.annotate(cost_total=Subquery(costs), unpriced_count=unpriced)
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -213,12 +215,16 @@ class ConversationAdmin(ModelAdmin):
         return obj.generation_total
 
     @admin.display(ordering="token_total", description="tokens")
-    def tokens(self, obj) -> int:
-        return obj.token_total
+    def tokens(self, obj) -> str:
+        return grouped(obj.token_total)
 
     @admin.display(ordering="cost_total", description="cost (USD)")
-    def cost(self, obj):
-        return obj.cost_total or 0
+    def cost(self, obj) -> str:
+        # As finance's pages show it: to the cent, unpriced entries never as 0.
+        if not obj.unpriced_count:
+            return money(obj.cost_total or 0)
+        priced = f"{money(obj.cost_total)} plus " if obj.cost_total is not None else ""
+        return f"{priced}{obj.unpriced_count} unpriced"
 
     @admin.display(description="flags")
     def flags(self, obj) -> str:
@@ -262,7 +268,9 @@ class GenerationInline(admin.TabularInline):
         "round",
         "finish_reason",
         "input_tokens",
+        "cached_input_tokens",
         "output_tokens",
+        "reasoning_tokens",
         "usage_estimated",
         "started_at",
         "first_delta_at",
@@ -377,7 +385,9 @@ class GenerationAdmin(ModelAdmin):
         "round",
         "finish_reason",
         "input_tokens",
+        "cached_input_tokens",
         "output_tokens",
+        "reasoning_tokens",
         "usage_estimated",
         "started_at",
     ]
@@ -388,7 +398,9 @@ class GenerationAdmin(ModelAdmin):
         "round",
         "finish_reason",
         "input_tokens",
+        "cached_input_tokens",
         "output_tokens",
+        "reasoning_tokens",
         "usage_estimated",
         "started_at",
         "first_delta_at",

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
+from billing import days
 from billing.models import LedgerEntry
 from chat.models import Turn
 from chat.visitors import Visitor
@@ -172,8 +173,8 @@ TOMORROW = "The assistant has answered all it can for you today. Please come bac
 
 
 def _start_of_day():
-    # The site's day (TIME_ZONE), as the reports count it.
-    return timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    # The site's day (TIME_ZONE), as finance's reports count it.
+    return days.start_of_today()
 
 
 def _tokens(entries) -> int:

@@ -156,7 +156,9 @@ def _events(body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
         output_tokens += len(fragments) + 1
     events.append(chunk({}, "tool_calls" if reply.queries else "stop"))
     if (body.get("stream_options") or {}).get("include_usage"):
-        prompt_tokens = math.ceil(len(json.dumps(body.get("messages"))) / 4)
+        # As providers count: the messages and the tool definitions.
+        prompt = json.dumps(body.get("messages")) + json.dumps(body.get("tools") or [])
+        prompt_tokens = math.ceil(len(prompt) / 4)
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": output_tokens,

@@ -24,6 +24,7 @@ ROLES = {
     ],
     "Finance": [
         "billing.view_ledgerentry",
+        "billing.view_calibration",
         "billing.view_price",
         "billing.add_price",
         "billing.change_price",

@@ -5,6 +5,7 @@ channel layer and the built-in offline model."""
 import ipaddress
 import re
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -133,7 +134,15 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = "UTC"
+# The site's calendar: budgets' days, finance's daily and monthly figures
+# (billing/days.py). An IANA name, e.g. America/Sao_Paulo.
+TIME_ZONE = env("DJANGO_TIME_ZONE", default="UTC")
+try:
+    ZoneInfo(TIME_ZONE)
+except (ValueError, ZoneInfoNotFoundError):
+    raise ImproperlyConfigured(
+        f"DJANGO_TIME_ZONE={TIME_ZONE!r} is not an IANA time zone name, e.g. America/Sao_Paulo."
+    ) from None
 USE_I18N = True
 USE_TZ = True
 

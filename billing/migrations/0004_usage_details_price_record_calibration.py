@@ -90,7 +90,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name='price',
-            constraint=models.UniqueConstraint(django.db.models.functions.text.Lower('model'), models.F('effective_from'), name='one_price_per_model_and_date'),
+            constraint=models.UniqueConstraint(django.db.models.functions.text.Lower('model'), models.F('effective_from'), name='one_price_per_model_and_date', violation_error_message='A price for this model (in any case) already takes effect at that moment.'),
         ),
         migrations.RunPython(unprice_silent_zeros, migrations.RunPython.noop),
     ]

@@ -1,17 +1,43 @@
-"""Number formats for finance's admin pages."""
+"""Number formats for finance's admin pages: money to the cent, token counts
+grouped, the same everywhere."""
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils import formats
 
 register = template.Library()
 
+CENT = Decimal("0.01")
+
 
 @register.filter
 def grouped(value: int | Decimal) -> str:
     """Thousands grouped, every decimal place kept: 1,234.00045000."""
     return formats.number_format(value, force_grouping=True)
+
+
+@register.filter
+def money(value: Decimal | None) -> str:
+    """USD to the cent: 1,234.57. An amount under a cent keeps two
+    significant digits (0.00045), so that it never reads as nothing; None is
+    "unpriced", never 0."""
+    if value is None:
+        return "unpriced"
+    value = Decimal(value)
+    if value == 0 or abs(value) >= CENT:
+        return grouped(value.quantize(CENT, ROUND_HALF_UP))
+    rounded = value.quantize(Decimal(1).scaleb(value.adjusted() - 1), ROUND_HALF_UP)
+    return money(rounded) if abs(rounded) >= CENT else f"{rounded:f}"
+
+
+@register.filter
+def rate(value: Decimal | None) -> str:
+    """A price per million tokens: cents always, further places only when
+    they count (2.00, 0.15, 0.075)."""
+    if value is None:
+        return ""
+    return f"{value:.2f}" if value == round(value, 2) else f"{value.normalize():f}"
 
 
 @register.filter

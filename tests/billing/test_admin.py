@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from billing import exports
 from billing.admin import PRICE_HELP
-from billing.models import LedgerEntry, Price
-from billing.services import bill_once
+from billing.models import Calibration, LedgerEntry, Price
+from billing.services import bill_once, price_for
 from chat.models import Conversation, Turn
 from chat.roles import ensure_roles
 
@@ -154,7 +154,9 @@ def finance_pages() -> list[str]:
         url(LEDGER),
         url("billing_ledgerentry_change", entry.pk),
         url("billing_ledgerentry_monthly"),
+        url("billing_ledgerentry_conversations"),
         url("billing_ledgerentry_export"),
+        url("billing_calibration_changelist"),
         url("billing_price_changelist"),
         url("billing_price_add"),
         url("billing_price_change", price.pk),
@@ -245,7 +247,8 @@ def test_the_price_pages_explain_that_prices_never_rewrite_the_past(finance):
     page = page_text(finance.get(url("billing_price_changelist")))
     form = page_text(finance.get(url("billing_price_add")))
 
-    assert "never rewrites past costs" in PRICE_HELP
+    assert "records the price and rates it was billed at" in PRICE_HELP
+    assert "cannot be changed or deleted" in PRICE_HELP
     assert PRICE_HELP in page
     assert PRICE_HELP in form
 
@@ -287,7 +290,9 @@ def test_finance_sees_no_transcript_text(finance):
         url("billing_ledgerentry_change", entries[0].pk),
         url("billing_ledgerentry_history", entries[0].pk),
         url("billing_ledgerentry_monthly"),
+        url("billing_ledgerentry_conversations"),
         url("billing_ledgerentry_export"),
+        url("billing_calibration_changelist"),
         url("billing_price_changelist"),
         url("billing_price_change", price.pk),
     ]
@@ -306,7 +311,9 @@ def test_the_ledger_pages_never_load_transcript_text(finance):
         url(LEDGER),
         url("billing_ledgerentry_change", entry.pk),
         url("billing_ledgerentry_monthly"),
+        url("billing_ledgerentry_conversations"),
         url("billing_ledgerentry_export"),
+        url("billing_calibration_changelist"),
     ]
 
     with CaptureQueriesContext(connection) as queries:
@@ -398,7 +405,9 @@ def test_the_list_shows_each_entry_with_its_turn_status(finance):
 
     assert listed(response) == [entry.pk]
     assert shown.turn_status == "interrupted"
-    for text in ["gpt-4o", "1,234", "56", "interrupted", f"{entry.cost}", "yes"]:
+    # 1,234 x 2.50 + 56 x 10.00 per million: to the cent it would read 0.00.
+    assert entry.cost == Decimal("0.003645")
+    for text in ["gpt-4o", "1,234", "56", "interrupted", "0.0036", "yes"]:
         assert f">{text}<" in page
 
 
@@ -414,8 +423,9 @@ def test_totals_equal_the_ledger_for_the_filtered_set(finance):
     assert totals_of(response) == expected
     assert response.context["totals"]["estimated_share"] == pytest.approx(1 / 3)
     page = page_text(response)
-    assert f"<dd>{expected['input_tokens']:,}</dd>" in page
-    assert f"<dd>{expected['cost']}</dd>" in page
+    assert f"<dd>{expected['input_tokens']:,} <small>(0 cached)</small></dd>" in page
+    assert expected["cost"] == Decimal("0.0078075")
+    assert "<dd>0.0078</dd>" in page  # under a cent: two significant digits
     assert "33.3%" in page
 
 
@@ -518,13 +528,14 @@ def test_the_list_runs_the_same_queries_for_3_and_30_entries(finance, django_ass
         make_entry(status="failed" if n % 2 else "completed", at=days_ago(n))
     ledger(finance)  # warm caches (content types, ...)
     # session, user, the user's and its groups' permissions, the filtered and the
-    # full count, the page of entries, the chart, the totals, the model filter's values
-    with django_assert_num_queries(10):
+    # full count, the page of entries, the chart, the totals, the model filter's
+    # values, the models billed lately (for the unpriced warning)
+    with django_assert_num_queries(11):
         assert len(listed(ledger(finance))) == 3
 
     for n in range(27):
         make_entry(model=f"model-{n % 4}", estimated=n % 3 == 0, at=days_ago(n))
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(11):
         assert len(listed(ledger(finance))) == 30
 
 
@@ -707,8 +718,15 @@ def test_the_export_is_the_filtered_list(finance):
             "input_tokens": str(e.input_tokens),
             "output_tokens": str(e.output_tokens),
             "estimated": "true" if e.estimated else "false",
-            "cost": str(e.cost),
+            "cost": f"{e.cost.normalize():f}",
             "turn_status": "failed",
+            "cached_input_tokens": "0",
+            "reasoning_tokens": "0",
+            "conversation": str(e.turn.conversation.public_id),
+            "price_id": str(price_for("gpt-4o").pk),
+            "input_per_million": "2.5",
+            "cached_input_per_million": "",
+            "output_per_million": "10",
         }
         for e in expected
     ]
@@ -719,6 +737,21 @@ def test_the_export_is_the_filtered_list(finance):
         "cost": sum(Decimal(r["cost"]) for r in rows),
         "estimated_turns": sum(r["estimated"] == "true" for r in rows),
     } == totals_of(list_page)
+
+
+def test_the_export_writes_plain_decimals_and_unpriced_as_empty(finance):
+    free = make_entry(model="kookee-offline")
+    unpriced = make_entry(model="mystery-model")
+    tiny = make_entry(model="gpt-4o-mini", input_tokens=1, output_tokens=0)
+
+    rows = {int(r["turn_id"]): r for r in read_csv(finance.get(url("billing_ledgerentry_export")))}
+
+    assert free.cost == 0
+    assert rows[free.turn_id]["cost"] == "0"  # not 0E-8
+    assert rows[unpriced.turn_id]["cost"] == ""  # unpriced, not free
+    assert rows[unpriced.turn_id]["price_id"] == ""
+    assert rows[tiny.turn_id]["cost"] == "0.00000015"  # 1 x 0.15 per million
+    assert all("E" not in r["cost"] for r in rows.values())
 
 
 def test_the_export_follows_the_date_range(finance):
@@ -801,3 +834,208 @@ async def test_the_export_streams_under_asgi(superuser_with_entries):
     body = b"".join([chunk async for chunk in response.streaming_content]).decode()
     rows = list(csv.DictReader(io.StringIO(body)))
     assert sorted(int(r["input_tokens"]) for r in rows) == [0, 1, 2]
+
+
+# --- unpriced entries ----------------------------------------------------------------------
+
+
+def test_unpriced_entries_are_counted_apart_from_the_cost(finance):
+    priced = make_entry(model="gpt-4o-mini", input_tokens=1_000_000, output_tokens=0)
+    for _ in range(2):
+        make_entry(model="mystery-model", input_tokens=1_000_000, output_tokens=0)
+
+    response = ledger(finance)
+
+    totals = response.context["totals"]
+    assert (totals["turns"], totals["unpriced"], totals["cost"]) == (3, 2, priced.cost)
+    page = page_text(response)
+    assert "0.15" in page
+    assert "plus <a href=" in page and ">2 unpriced</a>" in page
+    assert ">unpriced<" in page  # the entries' own cost column
+
+
+def test_the_price_filter_lists_the_unpriced_entries(finance):
+    make_entry(model="gpt-4o-mini")
+    unpriced = make_entry(model="mystery-model")
+
+    response = ledger(finance, "?priced=no")
+
+    assert listed(response) == [unpriced.pk]
+    assert response.context["totals"]["unpriced"] == 1
+
+
+def test_a_warning_names_the_models_in_use_that_have_no_price(finance):
+    make_entry(model="mystery-model")
+    make_entry(model="GPT-4o-mini")  # priced: names match in any case
+    make_entry(model="old-model", at=days_ago(40))  # not in use lately
+
+    for page in (ledger(finance), finance.get(url("billing_price_changelist"))):
+        warnings = [str(m) for m in page.context["messages"]]
+        assert len(warnings) == 1, warnings
+        assert "mystery-model" in warnings[0]
+        assert "GPT-4o-mini" not in warnings[0] and "old-model" not in warnings[0]
+
+
+def test_no_warning_when_every_model_in_use_has_a_price(finance):
+    make_entry(model="gpt-4o-mini")
+
+    assert list(ledger(finance).context["messages"]) == []
+
+
+def test_the_monthly_summary_says_how_many_are_unpriced(finance):
+    make_entry(model="mystery-model")
+    make_entry(model="gpt-4o-mini")
+
+    page = page_text(finance.get(url("billing_ledgerentry_monthly")))
+
+    assert '<span class="unpriced">unpriced</span>' in page  # the model's row
+    assert "plus 1 unpriced" in page  # the month's total
+
+
+# --- prices in use -----------------------------------------------------------------------------
+
+
+def test_a_used_price_cannot_be_edited_in_the_admin(finance):
+    make_entry(model="gpt-4o-mini")
+    price = Price.objects.get(model="gpt-4o-mini")
+    before = Price.objects.filter(pk=price.pk).values().get()
+
+    page = finance.get(url("billing_price_change", price.pk))
+    posted = finance.post(url("billing_price_change", price.pk), price_form("gpt-4o-mini", "9", "9"))
+    deleted = finance.post(url("billing_price_delete", price.pk), {"post": "yes"})
+    bulk = finance.post(
+        url("billing_price_changelist"), {"action": "delete_selected", "_selected_action": [price.pk], "post": "yes"}
+    )
+
+    assert page.status_code == 200
+    assert 'name="_save"' not in page_text(page)  # shown, read-only
+    assert "Supersede with a new price" in page_text(page)
+    assert posted.status_code == 403
+    assert deleted.status_code == 403
+    assert bulk.status_code == 200  # the confirmation page, refusing
+    assert Price.objects.filter(pk=price.pk).values().get() == before
+
+
+def test_superseding_a_used_price_fills_in_its_rates(finance):
+    make_entry(model="gpt-4o-mini")
+    price = Price.objects.get(model="gpt-4o-mini")
+    supersede = finance.get(url("billing_price_change", price.pk)).context["supersede_url"]
+
+    form = finance.get(supersede).context["adminform"].form
+
+    assert (form.initial["model"], form.initial["input_per_million"], form.initial["output_per_million"]) == (
+        "gpt-4o-mini",
+        "0.15",
+        "0.60",
+    )
+    later = timezone.now() + timedelta(days=1)
+    added = finance.post(supersede, price_form("gpt-4o-mini", "0.20", "0.80", later))
+    assert added.status_code == 302
+    assert Price.objects.filter(model="gpt-4o-mini").count() == 2
+    assert price_for("gpt-4o-mini", later + timedelta(seconds=1)).input_per_million == Decimal("0.20")
+
+
+def test_a_price_name_in_another_case_on_the_same_date_is_refused(finance):
+    price = Price.objects.get(model="gpt-4o-mini")
+
+    response = finance.post(url("billing_price_add"), price_form("GPT-4o-MINI", "1", "1", price.effective_from))
+
+    assert response.status_code == 200
+    assert "already takes effect at that moment" in page_text(response)
+    assert Price.objects.filter(model__iexact="gpt-4o-mini").count() == 1
+
+
+def test_the_price_list_says_which_prices_were_used(finance):
+    make_entry(model="gpt-4o-mini")
+
+    page = page_text(finance.get(url("billing_price_changelist")))
+
+    assert page.count("used: supersede to change") == 1
+    assert "not used yet" in page
+
+
+def test_the_change_page_shows_the_price_an_entry_used(finance):
+    entry = make_entry(model="gpt-4o-mini")
+
+    page = page_text(finance.get(url("billing_ledgerentry_change", entry.pk)))
+
+    assert f"#{entry.price_id}: input 0.15, output 0.60 USD per million tokens" in page
+
+
+# --- cached and reasoning tokens, per conversation -----------------------------------------------
+
+
+def test_totals_monthly_and_export_carry_cached_and_reasoning_tokens(finance):
+    turn_ids = []
+    for cached, reasoning in ((300, 40), (500, 0)):
+        conversation = Conversation.objects.create(visitor_hash="k")
+        turn = Turn.objects.create(conversation=conversation, status="completed", user_text="q", model="gpt-4o-mini")
+        bill_once(
+            turn.id,
+            model="gpt-4o-mini",
+            input_tokens=1000,
+            cached_input_tokens=cached,
+            output_tokens=100,
+            reasoning_tokens=reasoning,
+            estimated=False,
+        )
+        turn_ids.append(turn.id)
+
+    totals = ledger(finance).context["totals"]
+    months = finance.get(url("billing_ledgerentry_monthly")).context["months"]
+    rows = read_csv(finance.get(url("billing_ledgerentry_export")))
+
+    assert (totals["cached_input_tokens"], totals["reasoning_tokens"]) == (800, 40)
+    assert (months[0]["total"]["cached_input_tokens"], months[0]["total"]["reasoning_tokens"]) == (800, 40)
+    assert {int(r["turn_id"]): (r["cached_input_tokens"], r["reasoning_tokens"]) for r in rows} == {
+        turn_ids[0]: ("300", "40"),
+        turn_ids[1]: ("500", "0"),
+    }
+
+
+def test_usage_per_conversation_adds_up_and_links_to_its_entries(finance):
+    first = make_entry(model="gpt-4o", input_tokens=1_000_000, output_tokens=0)
+    conversation = first.turn.conversation
+    turn = Turn.objects.create(conversation=conversation, status="completed", user_text="q", model="gpt-4o")
+    bill_once(turn.id, model="gpt-4o", input_tokens=1_000_000, output_tokens=0, estimated=False)
+    cheap = make_entry(model="gpt-4o-mini", input_tokens=10, output_tokens=0)
+
+    response = finance.get(url("billing_ledgerentry_conversations"))
+
+    rows = response.context["rows"]
+    assert [(r["conversation"], r["turns"], r["cost"]) for r in rows] == [
+        (conversation.public_id, 2, Decimal("5")),
+        (cheap.turn.conversation.public_id, 1, cheap.cost),
+    ]
+    entries = ledger(finance, "?" + rows[0]["entries_url"].split("?", 1)[1])
+    assert sorted(listed(entries)) == sorted([first.pk, LedgerEntry.objects.get(turn=turn).pk])
+    assert "5.00" in page_text(response)
+
+
+def test_usage_per_conversation_follows_the_filters(finance):
+    make_entry(model="gpt-4o")
+    kept = make_entry(model="gpt-4o-mini")
+
+    rows = finance.get(url("billing_ledgerentry_conversations") + "?model=gpt-4o-mini").context["rows"]
+
+    assert [r["conversation"] for r in rows] == [kept.turn.conversation.public_id]
+
+
+# --- calibration ------------------------------------------------------------------------------
+
+
+def test_finance_reads_each_models_calibration(finance):
+    Calibration.objects.create(model="llama-3", input_chars_per_token=2.5, input_samples=12, output_samples=2)
+
+    response = finance.get(url("billing_calibration_changelist"))
+
+    page = page_text(response)
+    assert response.status_code == 200
+    for shown in ("llama-3", ">2.50<", ">12<", ">4.00<", "learnt input ratio"):
+        assert shown in page
+    assert finance.get(url("billing_calibration_change", Calibration.objects.get().pk)).status_code == 200
+    assert finance.post(url("billing_calibration_change", Calibration.objects.get().pk), {}).status_code == 403
+
+
+def test_support_cannot_read_calibrations(support):
+    assert support.get(url("billing_calibration_changelist")).status_code == 403
