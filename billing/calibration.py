@@ -31,7 +31,7 @@ logger = logging.getLogger("kookee.billing")
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
 # Below this many samples the default holds: one odd round decides nothing.
-MIN_SAMPLES = 3
+MIN_SAMPLES = 2
 # Every tokenizer in use lies between these: CJK text nears 1 character per
 # token, code and English 3-5. A sample outside them is clamped, not trusted.
 BOUNDS = (0.8, 8.0)

@@ -1025,7 +1025,7 @@ def test_usage_per_conversation_follows_the_filters(finance):
 
 
 def test_finance_reads_each_models_calibration(finance):
-    Calibration.objects.create(model="llama-3", input_chars_per_token=2.5, input_samples=12, output_samples=2)
+    Calibration.objects.create(model="llama-3", input_chars_per_token=2.5, input_samples=12, output_samples=1)
 
     response = finance.get(url("billing_calibration_changelist"))
 
