@@ -6,7 +6,8 @@ against the bench provider padding every answer to a given number of words,
 and counts every SQL statement by kind. Statements the checkpointer issues
 are counted apart: it saves every running turn of the process in one UPDATE
 per KOOKEE_CHECKPOINT_SECONDS, however many turns run, so it belongs to the
-process's clock, not to a turn.
+process's clock, not to a turn; so does its merge of what calibration learnt
+(every 10 s).
 
     .venv/bin/python bench/db_writes.py
 """
@@ -85,12 +86,17 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
     from chat import hub, services, turns
     from chat.visitors import Visitor, hash_key
 
-    def checkpoint(checkpoints):
-        _in_checkpoint.on = True
-        try:
-            original(checkpoints)
-        finally:
-            _in_checkpoint.on = False
+    from billing import calibration
+
+    def on_the_process_clock(work):
+        def counted(*args):
+            _in_checkpoint.on = True
+            try:
+                work(*args)
+            finally:
+                _in_checkpoint.on = False
+
+        return counted
 
     frames: list[dict[str, Any]] = []
 
@@ -105,8 +111,11 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
     visitor = Visitor.of(hash_key(f"bench-{question}-{words}"), "10.0.0.1")
     the_hub, tab = hub.current(), Tab()
     await the_hub.join(tab, visitor.hash, None)  # the socket's connect: not the turn's work
-    original = services.checkpoint_turns
-    services.checkpoint_turns = checkpoint
+    # The checkpointer's saves, and its merge of what calibration learnt
+    # (every 10 s), are the process's, not a turn's.
+    original, original_flush = services.checkpoint_turns, calibration.flush
+    services.checkpoint_turns = on_the_process_clock(original)
+    calibration.flush = on_the_process_clock(original_flush)
     connection_created.connect(_install)
     await database_sync_to_async(connections.close_all)()  # reconnect, with the counter
     counts.clear()
@@ -117,7 +126,7 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
     seconds = loop.time() - started
     await the_hub.leave(tab, visitor.hash)
     connection_created.disconnect(_install)
-    services.checkpoint_turns = original
+    services.checkpoint_turns, calibration.flush = original, original_flush
     await database_sync_to_async(connections.close_all)()
     text = "".join(f["text"] for f in frames if f["type"] == "delta")
     row = {
