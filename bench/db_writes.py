@@ -83,10 +83,9 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
     from django.db import connections
     from django.db.backends.signals import connection_created
 
+    from billing import calibration
     from chat import hub, services, turns
     from chat.visitors import Visitor, hash_key
-
-    from billing import calibration
 
     def on_the_process_clock(work):
         def counted(*args):

@@ -725,7 +725,7 @@ def test_the_export_is_the_filtered_list(finance):
             "conversation": str(e.turn.conversation.public_id),
             "price_id": str(price_for("gpt-4o").pk),
             "input_per_million": "2.5",
-            "cached_input_per_million": "",
+            "cached_input_per_million": "1.25",
             "output_per_million": "10",
         }
         for e in expected
@@ -959,7 +959,7 @@ def test_the_change_page_shows_the_price_an_entry_used(finance):
 
     page = page_text(finance.get(url("billing_ledgerentry_change", entry.pk)))
 
-    assert f"#{entry.price_id}: input 0.15, output 0.60 USD per million tokens" in page
+    assert f"#{entry.price_id}: input 0.15, output 0.60, cached input 0.075 USD per million tokens" in page
 
 
 # --- cached and reasoning tokens, per conversation -----------------------------------------------

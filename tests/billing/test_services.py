@@ -203,6 +203,12 @@ def test_model_names_match_prices_at_word_boundaries(model, priced_as):
 # --- cached input, reasoning ------------------------------------------------------------------
 
 
+def test_the_seeded_openai_prices_have_their_cached_rates(turn_id):
+    entry = bill(turn_id, input_tokens=1_000_000, cached_input_tokens=1_000_000, output_tokens=0)
+
+    assert entry.cost == Decimal("0.075")  # gpt-4o-mini's cached input: half its input rate
+
+
 def test_cached_input_costs_the_cached_rate(turn_id):
     Price.objects.create(
         model="cachey",
@@ -220,7 +226,9 @@ def test_cached_input_costs_the_cached_rate(turn_id):
 
 
 def test_without_a_cached_rate_cached_input_costs_the_input_rate(turn_id):
-    entry = bill(turn_id, input_tokens=1_000_000, cached_input_tokens=600_000, output_tokens=0)
+    Price.objects.create(model="plain", input_per_million=Decimal("0.15"), output_per_million=Decimal("0.60"))
+
+    entry = bill(turn_id, model="plain", input_tokens=1_000_000, cached_input_tokens=600_000, output_tokens=0)
 
     assert entry.cost == Decimal("0.15")
     assert LedgerEntry.objects.get().cached_input_per_million is None
