@@ -227,7 +227,8 @@ class LedgerEntryAdmin(ModelAdmin):
     @admin.display(description="price used")
     def price_used(self, entry: LedgerEntry) -> str:
         if entry.price_id is None:
-            return "none in force: unpriced"
+            # Or billed before entries recorded their price, at rates since changed.
+            return "none in force: unpriced" if entry.cost is None else "not recorded"
         rates = f"input {rate(entry.input_per_million)}, output {rate(entry.output_per_million)}"
         if entry.cached_input_per_million is not None:
             rates += f", cached input {rate(entry.cached_input_per_million)}"
@@ -372,6 +373,12 @@ class PriceForm(forms.ModelForm):
         if not model:
             raise ValidationError("Give a model name.")
         return model
+
+    def clean(self):
+        # Used since the page was opened: history now (the save would refuse).
+        if self.instance.in_use:
+            raise ValidationError("Ledger entries have been billed at this price since: supersede it instead.")
+        return super().clean()
 
 
 @admin.register(Price)

@@ -76,6 +76,7 @@ class _Model:
     output: Ratio = field(default_factory=Ratio)
     loaded_at: float | None = None
     queued: list[Sample] = field(default_factory=list)
+    version: int = 0  # bumped whenever a row is taken in
 
     def add(self, sample: Sample) -> None:
         self.input.add(sample.prompt_chars, sample.prompt_tokens)
@@ -113,15 +114,14 @@ def observe(model: str, prompt_chars: int, prompt_tokens: int, output_chars: int
 def load(model: str) -> None:
     """Reads the model's row, unless read in the last RELOAD_SECONDS. Sync."""
     with _lock:
-        state = _models.get(model)
-        if state is not None and state.loaded_at is not None:
-            if time.monotonic() - state.loaded_at < RELOAD_SECONDS:
-                return
+        state = _models.setdefault(model, _Model())
+        if state.loaded_at is not None and time.monotonic() - state.loaded_at < RELOAD_SECONDS:
+            return
+        version = state.version
     row = Calibration.objects.filter(model=model).first()
     with _lock:
-        state = _models.setdefault(model, _Model())
         state.loaded_at = time.monotonic()
-        if row is not None:
+        if row is not None and state.version == version:  # else a flush took in a newer row meanwhile
             _take(state, row)
             for sample in state.queued:  # learnt here, not in the row yet
                 state.add(sample)
@@ -146,11 +146,11 @@ def flush() -> None:
         except Exception:
             logger.exception("calibration of model=%s not saved", model)
             with _lock:
-                state = _models[model]
+                state = _models.setdefault(model, _Model())
                 state.queued = (samples + state.queued)[:MAX_QUEUED]
             continue
         with _lock:
-            state = _models[model]
+            state = _models.setdefault(model, _Model())
             _take(state, row)
             # Samples that came in meanwhile are in memory but not in the row.
             for sample in state.queued:
@@ -176,6 +176,7 @@ def _merge(model: str, samples: list[Sample]) -> Calibration:
 def _take(state: _Model, row: Calibration) -> None:
     state.input = Ratio(row.input_chars_per_token, row.input_samples)
     state.output = Ratio(row.output_chars_per_token, row.output_samples)
+    state.version += 1
 
 
 def forget() -> None:

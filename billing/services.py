@@ -87,6 +87,27 @@ def cost_of(price: Price, input_tokens: int, output_tokens: int, cached_input_to
     ) / MILLION
 
 
+def _price_in_force(model: str, at: datetime | None) -> Price | None:
+    """price_for, checked against the database: the cache may hold a price
+    that another process has since corrected or deleted (only an unused one
+    can be), and an entry must never point at rates it was not billed at,
+    nor at a row that is gone."""
+    price = price_for(model, at)
+    if price is None:
+        return None
+    fresh = Price.objects.filter(pk=price.pk).first()
+    if fresh is not None and _same(fresh, price):
+        return fresh
+    forget_prices()
+    price = price_for(model, at)
+    return price and Price.objects.filter(pk=price.pk).first()
+
+
+def _same(fresh: Price, cached: Price) -> bool:
+    fields = ("model", "input_per_million", "cached_input_per_million", "output_per_million", "effective_from")
+    return all(getattr(fresh, name) == getattr(cached, name) for name in fields)
+
+
 def bill_once(
     turn_id: int,
     *,
@@ -107,7 +128,7 @@ def bill_once(
     The one-to-one column makes a second entry impossible: a second call,
     concurrent or not, gets the first entry back.
     """
-    price = price_for(model, priced_at)
+    price = _price_in_force(model, priced_at)
     if price is None:
         logger.warning("billing: no price for model=%s; turn=%s recorded as unpriced", model, turn_id)
     try:

@@ -130,11 +130,10 @@ class Round:
     @property
     def usage(self) -> Usage:
         """The provider's figures; an estimate for any part it did not report."""
-        reported = self.reported_usage
-        if self.refused and reported is None:
+        if self.refused and self.reported_usage is None:
             return Usage(0, 0, False)
-        input_tokens = _token_count(reported, "prompt_tokens")
-        output_tokens = _token_count(reported, "completion_tokens")
+        reported = _read_usage(self.reported_usage)
+        input_tokens, output_tokens = reported.input_tokens, reported.output_tokens
         estimated_input = math.ceil(self.prompt_chars / self.ratios.input) + self.framing_tokens
         estimated_output = math.ceil(self.output_chars / self.ratios.output)
         if not self.finish_reason:
@@ -150,8 +149,8 @@ class Round:
             input_tokens,
             output_tokens,
             estimated,
-            cached_input_tokens=min(_cached_tokens(reported), input_tokens),
-            reasoning_tokens=min(_reasoning_tokens(reported), output_tokens),
+            cached_input_tokens=min(reported.cached, input_tokens),
+            reasoning_tokens=min(reported.reasoning, output_tokens),
         )
 
     @property
@@ -159,29 +158,63 @@ class Round:
         return TOKENS_PER_MESSAGE * self.prompt_messages + TOKENS_PER_PROMPT if self.prompt_messages else 0
 
     @property
+    def shown_chars(self) -> int:
+        """What the model generated besides reasoning: text and tool calls."""
+        return len(self.content) + sum(len(c.name) + len(c.arguments) for c in self.tool_calls)
+
+    @property
     def output_chars(self) -> int:
-        """What the model generated: text, streamed reasoning, tool calls."""
-        generated = len(self.content) + self.reasoning_chars
-        return generated + sum(len(c.name) + len(c.arguments) for c in self.tool_calls)
+        """What the model generated: text, tool calls, streamed reasoning."""
+        return self.shown_chars + self.reasoning_chars
 
     def sample(self) -> Sample | None:
         """This round's calibration sample: only a whole round with reported
         usage is one."""
-        reported = self.reported_usage
-        prompt_tokens = _token_count(reported, "prompt_tokens")
-        output_tokens = _token_count(reported, "completion_tokens")
-        if not self.finish_reason or prompt_tokens is None or output_tokens is None:
+        reported = _read_usage(self.reported_usage)
+        if not self.finish_reason or reported.input_tokens is None or reported.output_tokens is None:
             return None
-        if not self.reasoning_chars:
-            # Reasoning the provider counted but never streamed (OpenAI's
-            # o-series) has no characters here to learn from.
-            output_tokens -= _reasoning_tokens(reported)
+        output_chars, output_tokens = self.output_chars, reported.output_tokens
+        if reported.reasoning:
+            # Learnt from the text and tool calls alone: the reasoning counted
+            # may never have been streamed (OpenAI's o-series), or only as a
+            # summary far shorter than what was billed.
+            output_chars, output_tokens = self.shown_chars, output_tokens - reported.reasoning
         return Sample(
             prompt_chars=self.prompt_chars,
-            prompt_tokens=prompt_tokens - self.framing_tokens,
-            output_chars=self.output_chars,
+            prompt_tokens=reported.input_tokens - self.framing_tokens,
+            output_chars=output_chars,
             output_tokens=output_tokens,
         )
+
+
+@dataclass(frozen=True)
+class _Reported:
+    input_tokens: int | None
+    output_tokens: int | None
+    cached: int
+    reasoning: int
+
+
+def _read_usage(usage: Any) -> _Reported:
+    """A provider's usage object, in Chat Completions terms: the input with
+    its cached part, the output with its reasoning part."""
+    input_tokens = _token_count(usage, "prompt_tokens")
+    if input_tokens is None:
+        # Anthropic's shape: its input_tokens leave out what the cache served
+        # or stored, which are billed input all the same.
+        input_tokens = _token_count(usage, "input_tokens")
+        if input_tokens is not None:
+            for name in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+                input_tokens += _token_count(usage, name) or 0
+    output_tokens = _token_count(usage, "completion_tokens")
+    if output_tokens is None:
+        output_tokens = _token_count(usage, "output_tokens")
+    reasoning = _reasoning_tokens(usage)
+    total = _token_count(usage, "total_tokens")
+    if reasoning and None not in (input_tokens, output_tokens) and total == input_tokens + output_tokens + reasoning:
+        # Reasoning counted beside the output, not in it (xAI): billed output.
+        output_tokens += reasoning
+    return _Reported(input_tokens, output_tokens, _cached_tokens(usage), reasoning)
 
 
 @dataclass
@@ -548,13 +581,7 @@ def _field(obj: Any, name: str) -> Any:
 
 def _token_count(usage: Any, name: str) -> int | None:
     value = _field(usage, name)
-    if value is None and name in USAGE_ALIASES:
-        value = _field(usage, USAGE_ALIASES[name])
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-# A few servers name Chat Completions usage as the Responses API does.
-USAGE_ALIASES = {"prompt_tokens": "input_tokens", "completion_tokens": "output_tokens"}
 
 
 def _cached_tokens(usage: Any) -> int:

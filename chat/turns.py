@@ -114,16 +114,19 @@ async def _checkpoint_forever() -> None:
     write per second for the process, not one per turn, never one per token."""
     while True:
         await asyncio.sleep(settings.KOOKEE_CHECKPOINT_SECONDS)
-        if calibration.flush_due():
-            # What this process learnt of its models, for every process.
-            await database_sync_to_async(calibration.flush)()
         checkpoints = [turn.checkpoint() for task, turn in live.items() if not task.done()]
-        if not checkpoints:
-            continue
-        try:
-            await database_sync_to_async(services.checkpoint_turns)(checkpoints)
-        except Exception:
-            logger.exception("checkpointing %s turn(s) failed", len(checkpoints))
+        if checkpoints:
+            try:
+                await database_sync_to_async(services.checkpoint_turns)(checkpoints)
+            except Exception:
+                logger.exception("checkpointing %s turn(s) failed", len(checkpoints))
+        if calibration.flush_due():
+            # What this process learnt of its models, for every process; never
+            # at the heartbeat's expense.
+            try:
+                await database_sync_to_async(calibration.flush)()
+            except Exception:
+                logger.exception("saving the calibration failed")
 
 
 class ShuttingDown(Exception):

@@ -1,7 +1,8 @@
 """OpenAI's cached-input rates for the models Kookee started with (USD per
 million tokens). A seeded price that no entry used yet gets its rate; one
 already used is superseded from now on by the same price with the rate, as
-finance would do it. A price finance has changed is left alone."""
+finance would do it. A price finance has changed is left alone. And gpt-4o's
+first snapshot gets its own, higher price."""
 
 from decimal import Decimal
 
@@ -41,6 +42,23 @@ def add_cached_rates(apps, schema_editor):
             )
 
 
+def add_gpt_4o_first_snapshot(apps, schema_editor):
+    # Its first snapshot kept gpt-4o's launch price; without its own row it
+    # would be priced as gpt-4o.
+    Price = apps.get_model("billing", "Price")
+    seeded = __import__("billing.migrations.0003_initial_prices", fromlist=["START"])
+    if not Price.objects.filter(model__iexact="gpt-4o-2024-05-13").exists():
+        Price.objects.create(
+            model="gpt-4o-2024-05-13",
+            input_per_million=Decimal("5.00"),
+            output_per_million=Decimal("15.00"),
+            effective_from=seeded.START,
+        )
+
+
 class Migration(migrations.Migration):
     dependencies = [("billing", "0004_usage_details_price_record_calibration")]
-    operations = [migrations.RunPython(add_cached_rates, migrations.RunPython.noop)]
+    operations = [
+        migrations.RunPython(add_cached_rates, migrations.RunPython.noop),
+        migrations.RunPython(add_gpt_4o_first_snapshot, migrations.RunPython.noop),
+    ]

@@ -28,7 +28,10 @@ def test_silent_zeros_become_unpriced_and_used_seed_prices_are_superseded():
 
     unknown = entry("mystery-model", 0)  # billed 0 for want of a price
     offline = entry("kookee-offline", 0)  # free by its price
-    priced = entry("gpt-4o-mini", Decimal("0.0000045"))
+    empty = entry("gpt-4o", 0)  # priced, and 0 for want of tokens... as if refused
+    LedgerEntry.objects.filter(pk=empty.pk).update(input_tokens=0, output_tokens=0)
+    priced = entry("gpt-4o-mini", Decimal("0.0000045"))  # 10 x 0.15 + 5 x 0.60 per million
+    edited = entry("gpt-4.1-nano", Decimal("0.0000099"))  # its price has changed since: not reproducible
 
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
@@ -37,12 +40,29 @@ def test_silent_zeros_become_unpriced_and_used_seed_prices_are_superseded():
     LedgerEntry, Price = new.get_model("billing", "LedgerEntry"), new.get_model("billing", "Price")
 
     costs = dict(LedgerEntry.objects.values_list("pk", "cost"))
-    assert costs == {unknown.pk: None, offline.pk: Decimal(0), priced.pk: Decimal("0.0000045")}
-    # No entry had a price recorded before, so every seeded price can take its rate.
-    rates = dict(Price.objects.values_list("model", "cached_input_per_million"))
-    assert rates["gpt-4o-mini"] == Decimal("0.075")
-    assert rates["gpt-4.1"] is None  # changed by finance: left alone
-    assert Price.objects.filter(model="gpt-4o-mini").count() == 1
+    assert costs == {
+        unknown.pk: None,
+        offline.pk: Decimal(0),
+        empty.pk: Decimal(0),
+        priced.pk: Decimal("0.0000045"),
+        edited.pk: Decimal("0.0000099"),
+    }
+    recorded = {e.pk: (e.price and e.price.model, e.input_per_million) for e in LedgerEntry.objects.all()}
+    assert recorded[priced.pk] == ("gpt-4o-mini", Decimal("0.15"))
+    assert recorded[offline.pk] == ("kookee-offline", Decimal(0))
+    assert recorded[unknown.pk] == recorded[edited.pk] == (None, None)
+    # A seeded price that billed entries is superseded by one with the cached
+    # rate; one that billed none takes the rate in place; finance's own is left.
+    mini = list(Price.objects.filter(model="gpt-4o-mini").order_by("effective_from"))
+    assert [p.cached_input_per_million for p in mini] == [None, Decimal("0.075")]
+    assert Price.objects.get(model="gpt-4.1-mini").cached_input_per_million == Decimal("0.10")
+    assert Price.objects.get(model="gpt-4.1").cached_input_per_million is None
+
+    # And back: an unpriced cost is 0 again, as the column then requires.
+    executor.loader.build_graph()
+    executor.migrate(BEFORE)
+    old = executor.loader.project_state(BEFORE).apps
+    assert old.get_model("billing", "LedgerEntry").objects.get(pk=unknown.pk).cost == 0
 
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())

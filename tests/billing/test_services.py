@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
@@ -492,3 +492,40 @@ def test_the_ledger_refuses_bulk_updates_and_deletes(turn_id):
     with pytest.raises(ValueError):
         LedgerEntry.objects.all().delete()
     assert row(entry) == before
+
+
+# --- prices cached by a process, changed by another ------------------------------------------------
+
+
+def _behind_the_cache(sql, params):
+    """Changes the price table as another process would: this one's cache
+    is not told."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def test_a_price_deleted_elsewhere_is_not_billed_from_the_cache(turn_id):
+    newer = Price.objects.create(model="gpt-4o-mini", input_per_million=1, output_per_million=1)
+    assert price_for("gpt-4o-mini") == newer  # cached
+    _behind_the_cache("DELETE FROM billing_price WHERE id = %s", [newer.pk])
+
+    with transaction.atomic():  # as in finish_turn: the foreign key is checked at commit
+        entry = bill(turn_id)
+
+    assert entry.price.input_per_million == Decimal("0.15")  # the price still in force
+    assert LedgerEntry.objects.get().price_id == entry.price_id
+
+
+def test_a_price_corrected_elsewhere_bills_its_new_rates(turn_id):
+    newer = Price.objects.create(model="gpt-4o-mini", input_per_million=1, output_per_million=1)
+    assert price_for("gpt-4o-mini") == newer
+    _behind_the_cache("UPDATE billing_price SET input_per_million = 2 WHERE id = %s", [newer.pk])
+
+    entry = bill(turn_id, input_tokens=1_000_000, output_tokens=0)
+
+    assert (entry.price_id, entry.input_per_million, entry.cost) == (newer.pk, Decimal(2), Decimal(2))
+
+
+def test_the_first_gpt_4o_snapshot_has_its_own_price():
+    assert price_for("gpt-4o-2024-05-13").input_per_million == Decimal("5.00")
+    assert price_for("gpt-4o-2024-08-06").input_per_million == Decimal("2.50")

@@ -61,6 +61,26 @@ async def test_a_running_turn_is_checkpointed(chat, use_provider, settings):
     await chat.finish(turn_id)
 
 
+async def test_a_failing_calibration_save_never_stops_the_checkpoints(chat, use_provider, settings, monkeypatch):
+    from billing import calibration
+
+    def broken():
+        raise RuntimeError("database away")
+
+    monkeypatch.setattr(calibration, "flush_due", lambda: True)
+    monkeypatch.setattr(calibration, "flush", broken)
+    settings.KOOKEE_CHECKPOINT_SECONDS = 0.05
+    more = asyncio.Event()
+    use_provider.queue([text("Saved"), WaitFor(more), text(" so far"), WaitFor(asyncio.Event())])
+    turn_id = await chat.ask("hi")
+    await eventually(lambda: Turn.objects.get(pk=turn_id).assistant_text == "Saved")
+    await asyncio.sleep(0.2)  # several failed saves
+    more.set()
+    await eventually(lambda: Turn.objects.get(pk=turn_id).assistant_text == "Saved so far")
+    await chat.send({"type": "stop"})
+    await chat.finish(turn_id)
+
+
 async def test_checkpoints_are_timed_not_per_token(chat, use_provider, settings):
     settings.KOOKEE_CHECKPOINT_SECONDS = 3600
     use_provider.queue([*[text(f" w{n}") for n in range(50)], WaitFor(asyncio.Event())])

@@ -227,6 +227,48 @@ async def test_a_whole_round_is_a_calibration_sample_net_of_framing(provider, op
     assert rnd.sample() == (rnd.prompt_chars, 200 - (3 * 2 + 3), 12, 5)
 
 
+async def test_reasoning_reported_beside_the_output_is_billed_as_output(provider, open_stream):
+    # xAI counts reasoning apart from completion_tokens; total_tokens holds both.
+    reported = {
+        "prompt_tokens": 200,
+        "completion_tokens": 5,
+        "total_tokens": 305,
+        "completion_tokens_details": {"reasoning_tokens": 100},
+    }
+    provider.queue([text("Twelve chars"), finish("stop"), {**CHUNK_BASE, "choices": [], "usage": reported}])
+    _, loop, _, _ = await run(open_stream)
+    assert loop.rounds[0].usage == Usage(200, 105, False, reasoning_tokens=100)
+    assert loop.rounds[0].sample().output_tokens == 5
+
+
+async def test_anthropic_shaped_usage_counts_cached_input_as_input(provider, open_stream):
+    reported = {
+        "input_tokens": 40,
+        "cache_read_input_tokens": 900,
+        "cache_creation_input_tokens": 60,
+        "output_tokens": 7,
+    }
+    provider.queue([text("Hi"), finish("stop"), {**CHUNK_BASE, "choices": [], "usage": reported}])
+    _, loop, _, _ = await run(open_stream)
+    assert loop.rounds[0].usage == Usage(1000, 7, False, cached_input_tokens=900)
+
+
+async def test_a_streamed_reasoning_summary_does_not_skew_the_output_sample(provider, open_stream):
+    # 20 characters of summary for 300 reasoning tokens billed.
+    reported = {**_usage(200, 305), "completion_tokens_details": {"reasoning_tokens": 300}}
+    provider.queue(
+        [
+            chunk(delta={"reasoning": "Thinking it through."}),
+            text("Twelve chars"),
+            finish("stop"),
+            {**CHUNK_BASE, "choices": [], "usage": reported},
+        ]
+    )
+    _, loop, _, _ = await run(open_stream)
+    sample = loop.rounds[0].sample()
+    assert (sample.output_chars, sample.output_tokens) == (12, 5)
+
+
 async def test_hidden_reasoning_is_left_out_of_the_output_sample(provider, open_stream):
     reported = {**_usage(200, 105), "completion_tokens_details": {"reasoning_tokens": 100}}
     provider.queue([text("Twelve chars"), finish("stop"), {**CHUNK_BASE, "choices": [], "usage": reported}])
