@@ -12,6 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
@@ -54,6 +55,7 @@ def _prices_model(price_name: str, names: set[str]) -> bool:
 # should not query the price list to bill. A price saved in this process
 # shows at once; one saved elsewhere within a minute (prices are usually
 # entered ahead of their effective date, which is applied here, exactly).
+# Each knows whether an entry used it: a used price can no longer change.
 PRICES_RECHECK_SECONDS = 60
 _prices: tuple[float, list[Price]] | None = None
 
@@ -63,7 +65,8 @@ def _all_prices() -> list[Price]:
     cached = _prices
     if cached is not None and time.monotonic() - cached[0] < PRICES_RECHECK_SECONDS:
         return cached[1]
-    prices = list(Price.objects.order_by("-effective_from", "-id"))
+    used = LedgerEntry.objects.filter(price=OuterRef("pk"))
+    prices = list(Price.objects.annotate(used=Exists(used)).order_by("-effective_from", "-id"))
     _prices = (time.monotonic(), prices)
     return prices
 
@@ -91,16 +94,23 @@ def _price_in_force(model: str, at: datetime | None) -> Price | None:
     """price_for, checked against the database: the cache may hold a price
     that another process has since corrected or deleted (only an unused one
     can be), and an entry must never point at rates it was not billed at,
-    nor at a row that is gone."""
+    nor at a row that is gone. A used price is as cached: it cannot change."""
     price = price_for(model, at)
-    if price is None:
-        return None
+    if price is None or getattr(price, "used", False):
+        return price
     fresh = Price.objects.filter(pk=price.pk).first()
     if fresh is not None and _same(fresh, price):
         return fresh
     forget_prices()
     price = price_for(model, at)
     return price and Price.objects.filter(pk=price.pk).first()
+
+
+def _mark_used(price_id: int) -> None:
+    cached = _prices
+    for price in cached[1] if cached else ():
+        if price.pk == price_id:
+            price.used = True
 
 
 def _same(fresh: Price, cached: Price) -> bool:
@@ -131,6 +141,9 @@ def bill_once(
     price = _price_in_force(model, priced_at)
     if price is None:
         logger.warning("billing: no price for model=%s; turn=%s recorded as unpriced", model, turn_id)
+    if price is not None and not getattr(price, "used", False):
+        # Once this entry is in, the price is history: no need to read it again.
+        transaction.on_commit(lambda: _mark_used(price.pk))
     try:
         with transaction.atomic():
             return LedgerEntry.objects.create(

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.db.models import ProtectedError
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.models import LedgerEntry, Price, PriceInUse
@@ -529,3 +530,21 @@ def test_a_price_corrected_elsewhere_bills_its_new_rates(turn_id):
 def test_the_first_gpt_4o_snapshot_has_its_own_price():
     assert price_for("gpt-4o-2024-05-13").input_per_million == Decimal("5.00")
     assert price_for("gpt-4o-2024-08-06").input_per_million == Decimal("2.50")
+
+
+def test_a_used_price_is_billed_without_reading_it_again(django_capture_on_commit_callbacks):
+    visitor = Visitor.of(hash_key("k2"), "203.0.113.8")
+    turns = []
+    for text in ("one", "two", "three"):
+        _conversation, turn_id, _messages = services.start_turn(visitor, None, text, "gpt-4o-mini")
+        Turn.objects.filter(pk=turn_id).update(status="completed")
+        turns.append(turn_id)
+    with django_capture_on_commit_callbacks(execute=True):
+        bill(turns[0])  # the cache read it as unused: read again, then known used
+    bill(turns[1])
+
+    with CaptureQueriesContext(connection) as queries:
+        bill(turns[2])
+
+    assert not [q for q in queries.captured_queries if "billing_price" in q["sql"]]
+    assert LedgerEntry.objects.filter(price__model="gpt-4o-mini").count() == 3
