@@ -148,8 +148,21 @@ def warn_unpriced(request: HttpRequest, admin_site) -> None:
         )
 
 
+class WrittenByTheApp:
+    """Rows the app writes and nobody edits, superusers included."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 @admin.register(LedgerEntry)
-class LedgerEntryAdmin(ModelAdmin):
+class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
     """Read-only for everyone, superusers included: the ledger is append-only."""
 
     list_display = ["created", "model", "input", "cached", "output", "reasoning", "is_estimated", "usd", "turn_status"]
@@ -186,15 +199,6 @@ class LedgerEntryAdmin(ModelAdmin):
         turns = LedgerEntry._meta.get_field("turn").related_model.objects
         status = turns.filter(pk=OuterRef("turn_id")).order_by().values("status")[:1]
         return super().get_queryset(request).annotate(turn_status=Subquery(status))
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description="date", ordering="created_at")
     def created(self, entry: LedgerEntry) -> str:
@@ -388,7 +392,7 @@ class PriceAdmin(ModelAdmin):
     list_filter = ["model"]
     search_fields = ["model"]
     fieldsets = [(None, {"fields": PriceForm.Meta.fields, "description": PRICE_HELP})]
-    change_list_template = "admin/billing/price/change_list.html"
+    change_list_template = "admin/billing/help_change_list.html"
     change_form_template = "admin/billing/price/change_form.html"
 
     def get_queryset(self, request):
@@ -458,11 +462,11 @@ class PriceAdmin(ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         warn_unpriced(request, self.admin_site)
-        return super().changelist_view(request, {"price_help": PRICE_HELP, **(extra_context or {})})
+        return super().changelist_view(request, {"page_help": PRICE_HELP, **(extra_context or {})})
 
 
 @admin.register(Calibration)
-class CalibrationAdmin(ModelAdmin):
+class CalibrationAdmin(WrittenByTheApp, ModelAdmin):
     """What the estimates of rounds cut short are based on, per model.
     Written by the app only."""
 
@@ -470,16 +474,7 @@ class CalibrationAdmin(ModelAdmin):
     fields = list_display
     readonly_fields = fields
     actions = None
-    change_list_template = "admin/billing/calibration/change_list.html"
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    change_list_template = "admin/billing/help_change_list.html"
 
     @admin.display(description="input, characters per token", ordering="input_chars_per_token")
     def input_ratio(self, row: Calibration) -> str:
@@ -512,4 +507,4 @@ class CalibrationAdmin(ModelAdmin):
             f"the default {calibration.DEFAULT_CHARS_PER_TOKEN:g} until a model has {calibration.MIN_SAMPLES} "
             "samples, then a moving average."
         )
-        return super().changelist_view(request, {"calibration_help": help_text, **(extra_context or {})})
+        return super().changelist_view(request, {"page_help": help_text, **(extra_context or {})})
