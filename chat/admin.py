@@ -14,15 +14,17 @@ from django.db.models import Count, F, OuterRef, Prefetch, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.formats import date_format
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
 
 from billing.models import LedgerEntry
 from billing.templatetags.billing_admin import grouped, money
 from chat import services
-from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+from chat.models import Conversation, Feedback, Generation, HelpArticle, ToolCall, Turn
+from chat.sources import search_results, used_articles
 from kookee.admin import ModelAdmin
 
 RESULT_EXCERPT_CHARS = 300
@@ -78,6 +80,40 @@ class TurnStatusFilter(admin.SimpleListFilter):
         return queryset
 
 
+class RatingFilter(admin.SimpleListFilter):
+    """Turns (or conversations with a turn) that visitors rated."""
+
+    title = "visitor's rating"
+    parameter_name = "rating"
+    path = "feedback__rating"
+
+    def lookups(self, request, model_admin):
+        return [("down", "thumbs down"), ("up", "thumbs up"), ("none", "not rated")]
+
+    def queryset(self, request, queryset):
+        if self.value() in ("up", "down"):
+            return queryset.filter(**{self.path: self.value()}).distinct()
+        if self.value() == "none":
+            return queryset.exclude(**{f"{self.path}__isnull": False})
+        return queryset
+
+
+class ConversationRatingFilter(RatingFilter):
+    title = "has an answer rated"
+    path = "turns__feedback__rating"
+
+    def lookups(self, request, model_admin):
+        return [("down", "thumbs down"), ("up", "thumbs up"), ("none", "none rated")]
+
+
+class FeedbackRatingFilter(RatingFilter):
+    title = "rating"
+    path = "rating"
+
+    def lookups(self, request, model_admin):
+        return [("down", "thumbs down"), ("up", "thumbs up")]
+
+
 class TurnModelFilter(admin.SimpleListFilter):
     title = "model"
     parameter_name = "model"
@@ -102,7 +138,7 @@ class ConversationAdmin(ModelAdmin):
         "cost",
         "flags",
     ]
-    list_filter = ["created_at", TurnStatusFilter, TurnModelFilter]
+    list_filter = ["created_at", TurnStatusFilter, ConversationRatingFilter, TurnModelFilter]
     search_fields = ["turns__user_text", "turns__assistant_text", "=public_id"]
     search_help_text = "Searches what visitors and the assistant wrote."
     date_hierarchy = "created_at"
@@ -240,8 +276,10 @@ class ConversationAdmin(ModelAdmin):
         generations = Generation.objects.prefetch_related(
             Prefetch("tool_calls", queryset=ToolCall.objects.order_by("id"))
         )
-        turns = obj.turns.order_by("started_at", "id").prefetch_related(
-            Prefetch("generations", queryset=generations.order_by("round"))
+        turns = (
+            obj.turns.order_by("started_at", "id")
+            .select_related("feedback")
+            .prefetch_related(Prefetch("generations", queryset=generations.order_by("round")))
         )
         return render_to_string("admin/chat/transcript.html", {"turns": turns, "excerpt_chars": RESULT_EXCERPT_CHARS})
 
@@ -292,13 +330,14 @@ class TurnAdmin(ModelAdmin):
         "started_at",
         "question",
         "status_badge",
+        "rating",
         "generation_count",
         "tool_rounds",
         "model",
         "conversation",
     ]
-    list_filter = ["status", "stop_reason", WastedGenerationsFilter, "interrupted", "model", "started_at"]
-    list_select_related = ["conversation"]
+    list_filter = ["status", "stop_reason", RatingFilter, WastedGenerationsFilter, "interrupted", "model", "started_at"]
+    list_select_related = ["conversation", "feedback"]
     search_fields = ["user_text", "assistant_text"]
     date_hierarchy = "started_at"
     ordering = ["-started_at", "-id"]
@@ -365,6 +404,77 @@ class TurnAdmin(ModelAdmin):
     @admin.display(description="answer, as the visitor saw it")
     def answer(self, obj) -> str:
         return _text(obj, obj.assistant_text)
+
+    @admin.display(description="rating", ordering="feedback__rating")
+    def rating(self, obj) -> str:
+        feedback = getattr(obj, "feedback", None)
+        return _rating(feedback) if feedback else "-"
+
+
+def _rating(feedback: Feedback) -> str:
+    label = feedback.get_rating_display()
+    return format_html('<span class="kk-rating kk-rating--{}">{}</span>', feedback.rating, label)
+
+
+@admin.register(Feedback)
+class FeedbackAdmin(ModelAdmin):
+    """Support's review queue: what visitors said of the answers, thumbs
+    down first to read, with the articles each answer used."""
+
+    list_display = ["updated", "rating_badge", "question", "comment_excerpt", "articles", "turn_link"]
+    list_filter = [FeedbackRatingFilter, "updated_at"]
+    search_fields = ["comment", "turn__user_text"]
+    search_help_text = "Searches the visitors' comments and questions."
+    list_select_related = ["turn"]
+    ordering = ["-updated_at", "-id"]
+    fields = ["turn_link", "rating", "comment", "created_at", "updated_at", "question", "articles"]
+    readonly_fields = fields
+    actions = None
+
+    class Media:
+        css = {"all": ["chat/admin.css"]}
+
+    def get_queryset(self, request):
+        calls = ToolCall.objects.only("generation_id", "name", "result")
+        return super().get_queryset(request).prefetch_related(Prefetch("turn__generations__tool_calls", queryset=calls))
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # the visitor's own words
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description="rated", ordering="updated_at")
+    def updated(self, obj) -> str:
+        return date_format(localtime(obj.updated_at), "Y-m-d H:i:s")
+
+    @admin.display(description="rating", ordering="rating")
+    def rating_badge(self, obj) -> str:
+        return _rating(obj)
+
+    @admin.display(description="question")
+    def question(self, obj) -> str:
+        return "(erased)" if obj.turn.erased_at else Truncator(obj.turn.user_text).chars(80)
+
+    @admin.display(description="comment")
+    def comment_excerpt(self, obj) -> str:
+        return Truncator(obj.comment).chars(120) or "-"
+
+    @admin.display(description="articles the answer used")
+    def articles(self, obj) -> str:
+        calls = [call for generation in obj.turn.generations.all() for call in generation.tool_calls.all()]
+        used = used_articles(obj.turn.assistant_text, search_results(calls))
+        if not used:
+            return "none"
+        return format_html_join(", ", '<a href="{}">{}</a>', ((a["url"], a["title"]) for a in used))
+
+    @admin.display(description="turn")
+    def turn_link(self, obj) -> str:
+        url = reverse("admin:chat_turn_change", args=[obj.turn_id])
+        return format_html('<a href="{}">Turn {}</a>', url, obj.turn_id)
 
 
 class ToolCallInline(admin.TabularInline):

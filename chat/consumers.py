@@ -112,6 +112,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._stop_turn()
         elif frame["type"] == "history":
             await self._send_history(frame.get("before"))
+        elif frame["type"] == "feedback":
+            await self._save_feedback(frame)
         elif frame["type"] == "forget":
             await self._stop_turn()
             await database_sync_to_async(services.forget_visitor)(self.visitor.hash)
@@ -131,6 +133,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         # "before" is echoed, so the page can tell an older page from a fresh look.
         await self.send_json({"type": "history", **page, **({"before": before} if before else {})})
+
+    async def _save_feedback(self, frame: dict[str, Any]) -> None:
+        turn_id = frame["turn_id"]
+        try:
+            await database_sync_to_async(services.save_feedback)(
+                self.visitor.hash, turn_id, frame["rating"], frame["comment"]
+            )
+        except services.NotFound:
+            await self._error("not_found", "There is no finished answer of yours with that id.", turn_id=turn_id)
+            return
+        await self.send_json({"type": "feedback.saved", "turn_id": turn_id})
 
     async def _start_turn(self, text: str) -> None:
         try:
@@ -203,8 +216,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def send_json(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=fastjson.dumps(frame))
 
-    async def _error(self, code: str, message: str) -> None:
-        await self.send_json({"type": "error", "code": code, "message": message})
+    async def _error(self, code: str, message: str, **fields: Any) -> None:
+        await self.send_json({"type": "error", "code": code, "message": message, **fields})
 
 
 def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None, tuple[int, str] | None] | None:
@@ -249,6 +262,8 @@ def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, A
         if before is not None and (type(before) is not int or before < 1):
             return {}, ("bad_frame", '"before" must be a turn id.')
         return frame, None
+    if frame["type"] == "feedback":
+        return _parse_feedback(frame)
     if frame["type"] != "message":
         return {}, ("unknown_type", f"Unknown frame type {frame['type'][:40]!r}.")
     text = frame.get("text")
@@ -257,3 +272,22 @@ def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, A
     if len(text) > settings.KOOKEE_MAX_MESSAGE_CHARS:
         return {}, ("too_long", f"Messages are limited to {settings.KOOKEE_MAX_MESSAGE_CHARS} characters.")
     return {**frame, "text": storable(text)}, None
+
+
+FEEDBACK_COMMENT_CHARS = 1000
+RATINGS = ("up", "down")
+
+
+def _parse_feedback(frame: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    turn_id, rating, comment = frame.get("turn_id"), frame.get("rating"), frame.get("comment", "")
+    if type(turn_id) is not int or turn_id < 1:
+        return {}, ("bad_feedback", '"turn_id" must be the id of one of your answers.')
+    if rating not in RATINGS:
+        return {}, ("bad_feedback", '"rating" must be "up" or "down".')
+    if comment is None:
+        comment = ""
+    if not isinstance(comment, str):
+        return {}, ("bad_feedback", '"comment" must be text.')
+    if len(comment) > FEEDBACK_COMMENT_CHARS:
+        return {}, ("bad_feedback", f"Comments are limited to {FEEDBACK_COMMENT_CHARS} characters.")
+    return {"type": "feedback", "turn_id": turn_id, "rating": rating, "comment": storable(comment.strip())}, None

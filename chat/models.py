@@ -150,6 +150,29 @@ class ToolCall(models.Model):
         return self.name
 
 
+class Feedback(models.Model):
+    """A visitor's verdict on one of their finished answers. Rating again
+    replaces it."""
+
+    class Rating(models.TextChoices):
+        UP = "up", "Thumbs up"
+        DOWN = "down", "Thumbs down"
+
+    turn = models.OneToOneField(Turn, on_delete=models.CASCADE, related_name="feedback")
+    rating = models.CharField(max_length=4, choices=Rating)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        verbose_name_plural = "feedback"
+        indexes = [models.Index(fields=["rating", "updated_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_rating_display()} on turn {self.turn_id}"
+
+
 class RevokedKey(models.Model):
     """A visitor key (session or widget) that may no longer reach a
     conversation: its visitor started over, or staff erased their

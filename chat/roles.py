@@ -17,6 +17,7 @@ ROLES = {
         "chat.view_turn",
         "chat.view_generation",
         "chat.view_toolcall",
+        "chat.view_feedback",
         "chat.view_helparticle",
         "chat.add_helparticle",
         "chat.change_helparticle",

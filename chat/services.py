@@ -22,7 +22,7 @@ from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat import embed, help_center, limits
 from chat.limits import check_turn_allowed
-from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
+from chat.models import Conversation, Feedback, Generation, RevokedKey, ToolCall, Turn
 from chat.rounds import Round, storable
 from chat.sources import search_results, used_articles
 from chat.visitors import Visitor, hash_key
@@ -48,6 +48,10 @@ ACTIVITY_RESOLUTION = timedelta(minutes=1)
 
 class Busy(Exception):
     """The conversation has a turn running already (on any process)."""
+
+
+class NotFound(Exception):
+    """No such turn among the visitor's finished turns."""
 
 
 class Refused(Exception):
@@ -141,6 +145,7 @@ def history(turn_ids: list[int]) -> list[dict[str, Any]]:
     turns = (
         Turn.objects.filter(id__in=turn_ids)
         .order_by("started_at", "id")
+        .select_related("feedback")
         .prefetch_related(
             Prefetch("generations__tool_calls", queryset=ToolCall.objects.only("generation_id", "name", "result"))
         )
@@ -156,9 +161,27 @@ def history(turn_ids: list[int]) -> list[dict[str, Any]]:
                 turn.assistant_text,
                 search_results(call for generation in turn.generations.all() for call in generation.tool_calls.all()),
             ),
+            # Beyond the contract: the visitor's own rating, shown on the answer.
+            "rating": feedback.rating if (feedback := getattr(turn, "feedback", None)) else None,
         }
         for turn in turns
     ]
+
+
+def save_feedback(visitor: str, turn_id: int, rating: str, comment: str) -> None:
+    """Stores the visitor's rating of one of their own finished turns,
+    replacing an earlier one. Raises NotFound for a turn that is not theirs
+    (another visitor's, erased, or none) or still running: the same answer
+    for each, so that turn ids reveal nothing."""
+    turn = (
+        Turn.objects.filter(pk=turn_id, conversation__visitor_hash=visitor)
+        .exclude(status=Turn.Status.STREAMING)
+        .only("id")
+        .first()
+    )
+    if turn is None or not visitor:
+        raise NotFound
+    Feedback.objects.update_or_create(turn=turn, defaults={"rating": rating, "comment": comment})
 
 
 def start_turn(

@@ -36,6 +36,10 @@ const STOP_REASONS = {
   process_lost: "The connection to the server was lost while this answer was being written.",
 };
 const SAID_EVEN_IF_DROPPED = new Set(["stopped", "shutdown"]);
+// The errors a `feedback` frame can get (they carry its turn_id, as a failed
+// turn's error does: told apart by code).
+const RATING_ERRORS = new Set(["not_found", "bad_feedback"]);
+const COMMENT_CHARS = 1000;
 const STILL_WRITING = "This answer was still being written when we last heard from the server. Checking again…";
 const MAX_BACKOFF_MS = 10000;
 const TOO_MANY_BACKOFF_MS = [30000, 300000]; // first and longest wait after a 4429
@@ -240,7 +244,7 @@ function showSources(view, sources) {
 }
 
 // Shows how a turn ended. `text` is the server's, when it is known.
-function finish(view, { status, text, sources, message, reason = null }) {
+function finish(view, { status, text, sources, message, reason = null, rating }) {
   setText(view, text ?? view.text, true);
   if (view === current) current = null; // before the note: its button may ask again
   view.status = status;
@@ -252,6 +256,95 @@ function finish(view, { status, text, sources, message, reason = null }) {
   if (status === "interrupted") setNote(view, interruption(view, reason), "Continue");
   else if (status === "failed") setNote(view, message || ENDINGS.failed, "Retry");
   else setNote(view, ENDINGS[status] || "");
+  showRating(view, rating === undefined ? view.rated : rating);
+}
+
+// --- ratings -------------------------------------------------------------------------------
+
+// Thumbs up or down under a finished answer; after a thumbs down, an
+// optional comment. `rated`: the rating the server has ("up", "down", null).
+function showRating(view, rated = null) {
+  view.rating?.box.remove();
+  view.rating = null;
+  view.rated = rated ?? null;
+  if (view.status === "streaming" || !view.text.trim()) return;
+  const box = document.createElement("div");
+  box.className = "message__rating";
+  const question = document.createElement("span");
+  question.className = "message__rating-question";
+  question.textContent = "Was this helpful?";
+  const up = ratingButton(view, "up", "\u{1F44D}", "Helpful");
+  const down = ratingButton(view, "down", "\u{1F44E}", "Not helpful");
+  const status = document.createElement("span");
+  status.className = "message__rating-status";
+  status.setAttribute("role", "status");
+  box.append(question, up, down, status);
+  view.item.append(box);
+  view.rating = { box, up, down, status, form: null };
+  markRating(view, view.rated);
+}
+
+function ratingButton(view, value, symbol, label) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = `message__rate message__rate--${value}`;
+  button.textContent = symbol;
+  button.title = label;
+  button.setAttribute("aria-label", label);
+  button.setAttribute("aria-pressed", "false");
+  button.addEventListener("click", () => rate(view, value));
+  return button;
+}
+
+function markRating(view, rated) {
+  view.rated = rated ?? null;
+  if (!view.rating) return;
+  view.rating.up.setAttribute("aria-pressed", String(rated === "up"));
+  view.rating.down.setAttribute("aria-pressed", String(rated === "down"));
+}
+
+function rate(view, value, comment = "") {
+  view.ratingSent = { value, comment };
+  view.rating.status.textContent = "";
+  sendSoon({ type: "feedback", turn_id: view.turnId, rating: value, comment });
+}
+
+function askForComment(view) {
+  if (!view.rating || view.rating.form) return;
+  const form = document.createElement("form");
+  form.className = "message__comment";
+  const label = document.createElement("label");
+  label.textContent = "What was missing or wrong? (optional)";
+  const field = document.createElement("textarea");
+  field.maxLength = COMMENT_CHARS;
+  field.rows = 2;
+  label.append(field);
+  const submit = document.createElement("button");
+  submit.type = "submit";
+  submit.textContent = "Send";
+  form.append(label, submit);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    if (field.value.trim()) rate(view, "down", field.value.trim());
+  });
+  view.rating.box.append(form);
+  view.rating.form = form;
+  field.focus();
+}
+
+function ratingSaved(view) {
+  const sent = view.ratingSent || { value: view.rated, comment: "" };
+  view.ratingSent = null;
+  markRating(view, sent.value);
+  if (!view.rating) return;
+  if (sent.value === "down" && !sent.comment && !view.rating.form) {
+    view.rating.status.textContent = "Thanks for telling us.";
+    askForComment(view);
+    return;
+  }
+  view.rating.form?.remove();
+  view.rating.form = null;
+  view.rating.status.textContent = sent.comment ? "Thanks: your comment was sent." : "Thanks for your feedback.";
 }
 
 // A lost connection that this page saw itself is told as the visitor saw
@@ -264,7 +357,7 @@ function interruption(view, reason) {
 
 function showTurn(turn, before = null) {
   const view = addTurn(turn.turn_id, turn.user_text, before);
-  finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources, reason: turn.reason });
+  finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources, reason: turn.reason, rating: turn.rating });
 }
 
 // The turn running now, from this tab's question, another tab's (the frame
@@ -283,6 +376,7 @@ function goLive(turnId, userText = "") {
   view.seq = 0;
   setNote(view, "");
   showSources(view, null);
+  showRating(view, null);
   current = view;
   return view;
 }
@@ -418,6 +512,11 @@ const handlers = {
     if (view) showTool(view, frame.name, frame.status);
   },
   error: (frame) => {
+    if (RATING_ERRORS.has(frame.code)) {
+      const view = views.get(frame.turn_id);
+      if (view?.rating) view.rating.status.textContent = "Your rating could not be saved.";
+      return;
+    }
     if (frame.turn_id) {
       // Why a turn failed; its turn.ended follows.
       const view = views.get(frame.turn_id);
@@ -439,6 +538,10 @@ const handlers = {
       setUserText(current, "");
       send({ type: "history" });
     }
+  },
+  "feedback.saved": (frame) => {
+    const view = views.get(frame.turn_id);
+    if (view) ratingSaved(view);
   },
   "turn.ended": (frame) => {
     const view = views.get(frame.turn_id);
@@ -494,7 +597,9 @@ function reconcile(page, again = false) {
       if (again) setNote(view, STILL_WRITING);
     } else if (view.status !== turn.status || view.text !== turn.assistant_text || view.reason !== (turn.reason ?? null)) {
       const ending = { status: turn.status, text: turn.assistant_text, sources: turn.sources, reason: turn.reason };
-      finish(view, { ...ending, message: view.message });
+      finish(view, { ...ending, message: view.message, rating: turn.rating });
+    } else if (view.rated !== (turn.rating ?? null)) {
+      markRating(view, turn.rating); // rated in another tab
     }
   }
   if (pending?.dropped) {

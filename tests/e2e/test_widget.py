@@ -132,3 +132,22 @@ def test_a_site_not_allowed_cannot_frame_the_chat(kookee, customer_sites, page):
     [embedded] = [f for f in page.frames if f != page.main_frame]
     assert embedded.url.startswith("chrome-error://")  # refused by frame-ancestors
     assert page.frame_locator("iframe[title='Kookee help chat']").locator("#text").count() == 0
+
+
+def test_an_answer_is_rated_in_the_widget(kookee, customer_sites, page):
+    page.goto(customer_sites[0])
+    chat = open_widget(page)
+    chat.locator("#text").fill("hi")
+    chat.locator("#text").press("Enter")
+    answer = chat.locator(".message--assistant").last
+    expect(answer).to_have_attribute("data-status", "completed")
+
+    answer.get_by_role("button", name="Not helpful").click()
+    answer.get_by_label("What was missing or wrong? (optional)").fill("Too vague.")
+    answer.get_by_role("button", name="Send").click()
+
+    expect(answer.locator(".message__rating-status")).to_have_text("Thanks: your comment was sent.")
+    turn_id = int(answer.get_attribute("data-turn-id"))
+    assert kookee.rows("select rating, comment from chat_feedback where turn_id = ?", turn_id) == [
+        ("down", "Too vague.")
+    ]
