@@ -52,9 +52,21 @@ class ChatConsumer(AsyncWebsocketConsumer):
         lifecycle.connections.add(asyncio.current_task())
         try:
             await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            # Daphne cancels every connection as it shuts down, at the same
+            # moment as the shutdown hook stops the turns: this tab hears how
+            # its turn ended before it leaves the hub.
+            await self._await_running_turn()
+            raise
         finally:
             lifecycle.connections.discard(asyncio.current_task())
             await self._forget_socket()
+
+    async def _await_running_turn(self) -> None:
+        broadcast = hub.current().owned.get(self.joined) if self.joined else None
+        task = broadcast.task if broadcast is not None else None
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
 
     async def deliver(self, frame: dict[str, Any]) -> None:
         """A frame of the conversation's turns (from the hub)."""
