@@ -151,6 +151,7 @@ def test_the_page_embeds_the_history_in_order(client):
             "status": "completed",
             "reason": None,
             "sources": [],
+            "rating": None,
         },
         {
             "turn_id": second.id,
@@ -159,6 +160,7 @@ def test_the_page_embeds_the_history_in_order(client):
             "status": "interrupted",
             "reason": "stopped",
             "sources": [],
+            "rating": None,
         },
         {
             "turn_id": third.id,
@@ -167,6 +169,7 @@ def test_the_page_embeds_the_history_in_order(client):
             "status": "streaming",
             "reason": None,
             "sources": [],
+            "rating": None,
         },
     ]
 
