@@ -130,8 +130,10 @@ class TurnModelFilter(admin.SimpleListFilter):
 class ConversationAdmin(ModelAdmin):
     list_display = [
         "short_id",
+        "first_question",
         "started",
         "last_activity",
+        "ratings",
         "turn_count",
         "generation_count",
         "tokens",
@@ -167,6 +169,13 @@ class ConversationAdmin(ModelAdmin):
                 failed_count=turns_that_are(Turn.Status.FAILED),
                 generation_total=_per_row(Generation, "turn__conversation", Count("id")),
                 token_total=_per_row(LedgerEntry, "turn__conversation", Sum(F("input_tokens") + F("output_tokens"))),
+                first_text=Subquery(
+                    Turn.objects.filter(conversation=OuterRef("pk"))
+                    .order_by("started_at", "id")
+                    .values("user_text")[:1]
+                ),
+                thumbs_down=_per_row(Feedback, "turn__conversation", Count("id"), rating=Feedback.Rating.DOWN),
+                thumbs_up=_per_row(Feedback, "turn__conversation", Count("id"), rating=Feedback.Rating.UP),
             )
         )
         if not _can_see_prices(request):
@@ -234,13 +243,25 @@ class ConversationAdmin(ModelAdmin):
     def short_id(self, obj) -> str:
         return str(obj.public_id)[:8]
 
+    @admin.display(description="first question")
+    def first_question(self, obj) -> str:
+        if obj.first_text is None:
+            return "-"
+        return Truncator(obj.first_text).chars(70) or "(erased)"
+
+    @admin.display(description="ratings")
+    def ratings(self, obj) -> str:
+        marks = [(obj.thumbs_down, "down"), (obj.thumbs_up, "up")]
+        shown = [format_html('<span class="kk-rating kk-rating--{}">{} {}</span>', r, n, r) for n, r in marks if n]
+        return format_html_join(" ", "{}", ((mark,) for mark in shown)) if shown else "-"
+
     @admin.display(ordering="created_at", description="started")
     def started(self, obj) -> str:
-        return date_format(localtime(obj.created_at), "Y-m-d H:i")
+        return date_format(localtime(obj.created_at), "Y-m-d H:i:s")
 
     @admin.display(ordering="updated_at", description="last activity")
     def last_activity(self, obj) -> str:
-        return date_format(localtime(obj.updated_at), "Y-m-d H:i")
+        return date_format(localtime(obj.updated_at), "Y-m-d H:i:s")
 
     @admin.display(ordering="turn_count", description="turns")
     def turn_count(self, obj) -> int:
@@ -288,11 +309,11 @@ class WastedGenerationsFilter(admin.SimpleListFilter):
     """Turns with more model calls than tool rounds + 1: the symptom of
     probing without streaming, then generating the answer again."""
 
-    title = "wasted generations"
+    title = "extra model calls"
     parameter_name = "wasted"
 
     def lookups(self, request, model_admin):
-        return [("yes", "more calls than tool rounds + 1")]
+        return [("yes", "the model was called more often than its searches needed")]
 
     def queryset(self, request, queryset):
         if self.value() == "yes":

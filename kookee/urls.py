@@ -3,6 +3,11 @@ from django.urls import path
 
 from chat import monitoring, views
 
+# The admin's own name for staff, in its header and page titles.
+admin.site.site_header = "Kookee chat"
+admin.site.site_title = "Kookee chat admin"
+admin.site.index_title = "Support and finance"
+
 urlpatterns = [
     path("", views.index, name="index"),
     path("embed/", views.embed_page, name="embed"),

@@ -349,7 +349,7 @@ def test_the_conversation_list_shows_counts_tokens_cost_and_flags(admin_client, 
 
 def test_the_conversation_page_reads_like_the_chat(admin_client, conversation):
     page = admin_client.get(f"/admin/chat/conversation/{conversation.pk}/change/").content.decode()
-    assert ">Let me look.\n\nPaste the tag.</div>" in page  # whitespace kept, shown pre-wrap
+    assert "<p>Let me look.</p>\n<p>Paste the tag.</p>" in page  # the answer rendered, as the visitor saw it
     assert "Half &lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert SCRIPT not in page
     assert 'kk-badge--interrupted">interrupted' in page
