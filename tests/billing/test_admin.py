@@ -1039,3 +1039,25 @@ def test_finance_reads_each_models_calibration(finance):
 
 def test_support_cannot_read_calibrations(support):
     assert support.get(url("billing_calibration_changelist")).status_code == 403
+
+
+@pytest.mark.parametrize("value", ["not-a-uuid", "' OR 1=1 --"])
+def test_a_conversation_filter_that_is_no_id_is_refused(finance, value):
+    make_entry()
+    query = f"?turn__conversation__public_id={value}"
+
+    listing = finance.get(url(LEDGER) + query)
+    report = finance.get(url("billing_ledgerentry_conversations") + query)
+    export = finance.get(url("billing_ledgerentry_export") + query)
+
+    assert listing.status_code == 302 and listing["Location"].endswith("?e=1")  # Django's bad-filter page
+    assert (report.status_code, export.status_code) == (400, 400)
+
+
+def test_only_the_exact_conversation_lookup_is_offered(finance):
+    entry = make_entry()
+    prefix = str(entry.turn.conversation.public_id)[:4]
+
+    response = finance.get(url(LEDGER) + f"?turn__conversation__public_id__startswith={prefix}")
+
+    assert response.status_code == 400  # refused: no lookup may probe ids one character at a time
