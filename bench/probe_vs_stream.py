@@ -99,7 +99,7 @@ def search_tool() -> Tool:
 def system_prompt() -> str:
     """The product's system prompt, with the demo help center's overview,
     read from the fixture rather than the database."""
-    from chat.services import SYSTEM_PROMPT
+    from chat.prompt import SYSTEM_PROMPT
 
     articles = json.loads((ROOT / "chat" / "fixtures" / "help_center.json").read_text())
     titles = [a["fields"]["title"] for a in articles if a["model"] == "chat.helparticle"]

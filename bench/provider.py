@@ -179,7 +179,8 @@ class Stream:
 def _reply_events(request: dict[str, Any]) -> list[dict[str, Any]]:
     """The offline model's chunks for this request (usage included)."""
     messages = request.get("messages") or []
-    reply = offline.respond(messages, bool(request.get("tools")), request.get("tool_choice"))
+    tools = [t.get("function", {}).get("name") for t in request.get("tools") or []]
+    reply = offline.respond(messages, tools, request.get("tool_choice"))
     if Options.words and not reply.queries:
         reply.text = _padded(reply.text, Options.words)
     return offline._events({**request, "stream_options": {"include_usage": True}}, reply)

@@ -10,21 +10,22 @@ rendered through escaping templates (`linebreaksbr`), never `mark_safe`.
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, OuterRef, Prefetch, Subquery, Sum, Value
+from django.db.models import Count, F, OuterRef, Prefetch, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
 
 from billing.models import LedgerEntry
 from billing.templatetags.billing_admin import grouped, money
 from chat import services
-from chat.models import Conversation, Feedback, Generation, HelpArticle, ToolCall, Turn
-from chat.sources import search_results, used_articles
+from chat.models import Conversation, Feedback, Generation, Handoff, HelpArticle, ToolCall, Turn
+from chat.support_admin import rating_badge
 from kookee.admin import ModelAdmin
 
 RESULT_EXCERPT_CHARS = 300
@@ -106,14 +107,6 @@ class ConversationRatingFilter(RatingFilter):
         return [("down", "thumbs down"), ("up", "thumbs up"), ("none", "none rated")]
 
 
-class FeedbackRatingFilter(RatingFilter):
-    title = "rating"
-    path = "rating"
-
-    def lookups(self, request, model_admin):
-        return [("down", "thumbs down"), ("up", "thumbs up")]
-
-
 class TurnModelFilter(admin.SimpleListFilter):
     title = "model"
     parameter_name = "model"
@@ -131,6 +124,7 @@ class ConversationAdmin(ModelAdmin):
     list_display = [
         "short_id",
         "first_question",
+        "came_from",
         "started",
         "last_activity",
         "ratings",
@@ -144,7 +138,7 @@ class ConversationAdmin(ModelAdmin):
     search_fields = ["turns__user_text", "turns__assistant_text", "=public_id"]
     search_help_text = "Searches what visitors and the assistant wrote."
     date_hierarchy = "created_at"
-    fields = ["public_id", "created_at", "updated_at", "transcript"]
+    fields = ["public_id", "created_at", "updated_at", "came_from", "handoffs", "transcript"]
     readonly_fields = fields
     actions = ["erase_visitors_text"]
 
@@ -176,7 +170,12 @@ class ConversationAdmin(ModelAdmin):
                 ),
                 thumbs_down=_per_row(Feedback, "turn__conversation", Count("id"), rating=Feedback.Rating.DOWN),
                 thumbs_up=_per_row(Feedback, "turn__conversation", Count("id"), rating=Feedback.Rating.UP),
+                handoff_count=_per_row(Handoff, "conversation", Count("id")),
+                waiting_count=_per_row(Handoff, "conversation", Count("id"), status__in=Handoff.PENDING),
             )
+            # A conversation is what a visitor asked: a page view, or a new
+            # conversation begun and never written to, is not one.
+            .filter(Q(turn_count__gt=0) | Q(handoff_count__gt=0))
         )
         if not _can_see_prices(request):
             return queryset  # nothing to sort by, or to show, by mistake
@@ -290,7 +289,38 @@ class ConversationAdmin(ModelAdmin):
             ("truncated", obj.truncated_count),
             ("failed", obj.failed_count),
         ]
-        return ", ".join(f"{n} {name}" for name, n in counts if n)
+        flags = [f"{n} {name}" for name, n in counts if n]
+        if obj.handoff_count:
+            label = "waiting for a person" if obj.waiting_count else "asked for a person"
+            flags.insert(0, format_html('<span class="kk-flag kk-flag--handoff">{}</span>', label))
+        return format_html_join(", ", "{}", ((flag,) for flag in flags))
+
+    @admin.display(description="came from")
+    def came_from(self, obj) -> str:
+        """The chat page, or the page of a customer's site with the widget."""
+        if not obj.source_url:
+            return "chat page"
+        return format_html('<span title="{}">{}</span>', obj.source_url, Truncator(obj.source_url).chars(48))
+
+    @admin.display(description="requests for a person")
+    def handoffs(self, obj) -> str:
+        found = obj.handoffs.order_by("created_at")
+        if not found:
+            return "none"
+        return format_html_join(
+            SafeString("<br>"),
+            '<a href="{}">{} {}</a> ({}){}',
+            (
+                (
+                    reverse("admin:chat_handoff_change", args=[h.pk]),
+                    h.get_status_display(),
+                    date_format(localtime(h.created_at), "Y-m-d H:i:s"),
+                    h.get_source_display(),
+                    f": {h.reason}" if h.reason else "",
+                )
+                for h in found
+            ),
+        )
 
     @admin.display(description="transcript")
     def transcript(self, obj) -> str:
@@ -429,73 +459,7 @@ class TurnAdmin(ModelAdmin):
     @admin.display(description="rating", ordering="feedback__rating")
     def rating(self, obj) -> str:
         feedback = getattr(obj, "feedback", None)
-        return _rating(feedback) if feedback else "-"
-
-
-def _rating(feedback: Feedback) -> str:
-    label = feedback.get_rating_display()
-    return format_html('<span class="kk-rating kk-rating--{}">{}</span>', feedback.rating, label)
-
-
-@admin.register(Feedback)
-class FeedbackAdmin(ModelAdmin):
-    """Support's review queue: what visitors said of the answers, thumbs
-    down first to read, with the articles each answer used."""
-
-    list_display = ["updated", "rating_badge", "question", "comment_excerpt", "articles", "turn_link"]
-    list_filter = [FeedbackRatingFilter, "updated_at"]
-    search_fields = ["comment", "turn__user_text"]
-    search_help_text = "Searches the visitors' comments and questions."
-    list_select_related = ["turn"]
-    ordering = ["-updated_at", "-id"]
-    fields = ["turn_link", "rating", "comment", "created_at", "updated_at", "question", "articles"]
-    readonly_fields = fields
-    actions = None
-
-    class Media:
-        css = {"all": ["chat/admin.css"]}
-
-    def get_queryset(self, request):
-        calls = ToolCall.objects.only("generation_id", "name", "result")
-        return super().get_queryset(request).prefetch_related(Prefetch("turn__generations__tool_calls", queryset=calls))
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False  # the visitor's own words
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-    @admin.display(description="rated", ordering="updated_at")
-    def updated(self, obj) -> str:
-        return date_format(localtime(obj.updated_at), "Y-m-d H:i:s")
-
-    @admin.display(description="rating", ordering="rating")
-    def rating_badge(self, obj) -> str:
-        return _rating(obj)
-
-    @admin.display(description="question")
-    def question(self, obj) -> str:
-        return "(erased)" if obj.turn.erased_at else Truncator(obj.turn.user_text).chars(80)
-
-    @admin.display(description="comment")
-    def comment_excerpt(self, obj) -> str:
-        return Truncator(obj.comment).chars(120) or "-"
-
-    @admin.display(description="articles the answer used")
-    def articles(self, obj) -> str:
-        calls = [call for generation in obj.turn.generations.all() for call in generation.tool_calls.all()]
-        used = used_articles(obj.turn.assistant_text, search_results(calls))
-        if not used:
-            return "none"
-        return format_html_join(", ", '<a href="{}">{}</a>', ((a["url"], a["title"]) for a in used))
-
-    @admin.display(description="turn")
-    def turn_link(self, obj) -> str:
-        url = reverse("admin:chat_turn_change", args=[obj.turn_id])
-        return format_html('<a href="{}">Turn {}</a>', url, obj.turn_id)
+        return rating_badge(feedback) if feedback else "-"
 
 
 class ToolCallInline(admin.TabularInline):

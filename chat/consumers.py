@@ -17,8 +17,12 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.utils import translation
+from django.utils.translation import gettext_lazy as _
 
-from chat import fastjson, hub, lifecycle, limits, services, turns, visitors
+from chat import embed, errors, fastjson, handoffs, hub, lifecycle, limits, services, turns, visitors
 from chat.limits import FrameBudget, LimitReached
 from chat.rounds import storable
 from chat.visitors import Visitor
@@ -46,6 +50,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     conversation_id: int | None = None
     idle_timer: asyncio.TimerHandle | None = None
     joined: str | None = None  # the visitor whose turns this tab follows (chat/hub.py)
+    language: str = settings.LANGUAGE_CODE  # what this tab's visitor reads (their browser's)
 
     async def __call__(self, scope, receive, send) -> None:
         self.tab_id = secrets.token_hex(4)
@@ -70,11 +75,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def deliver(self, frame: dict[str, Any]) -> None:
         """A frame of the conversation's turns (from the hub)."""
+        if frame["type"] == "error":
+            # Why a turn failed, said in this tab's language: every tab of
+            # the conversation hears it, whoever started the turn.
+            frame = {**frame, "message": errors.message(frame["code"], self.language)}
         await self.send_json(frame)
         if frame["type"] == "turn.ended":
             self._rearm_idle_timer()
 
     async def connect(self) -> None:
+        self.language = _language(self.scope)
         try:
             identity = await database_sync_to_async(_identify)(self.scope)
         except services.Refused:
@@ -113,11 +123,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if not self.frames.take():
             # A flood's turn is stopped now, not when the close handshake ends.
             await self._stop_turn()
-            await self._error("flood", "Too many frames; the connection is closed. Reload to continue.")
+            await self._error("flood")
             await self.close(code=CLOSE_FLOOD)
             await self._forget_socket()
             return
-        frame, problem = _parse(text_data, bytes_data)
+        with translation.override(self.language):  # its error messages
+            frame, problem = _parse(text_data, bytes_data)
         if problem:
             await self._error(*problem)
         elif frame["type"] == "stop":
@@ -126,6 +137,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._send_history(frame.get("before"))
         elif frame["type"] == "feedback":
             await self._save_feedback(frame)
+        elif frame["type"] == "handoff":
+            await self._request_handoff(frame)
         elif frame["type"] == "forget":
             await self._stop_turn()
             await database_sync_to_async(services.forget_visitor)(self.visitor.hash)
@@ -153,9 +166,23 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 self.visitor.hash, turn_id, frame["rating"], frame["comment"]
             )
         except services.NotFound:
-            await self._error("not_found", "There is no finished answer of yours with that id.", turn_id=turn_id)
+            await self._error("not_found", turn_id=turn_id)
             return
         await self.send_json({"type": "feedback.saved", "turn_id": turn_id})
+
+    async def _request_handoff(self, frame: dict[str, Any]) -> None:
+        """The visitor's "Talk to a person" (or their email, added to it)."""
+        try:
+            self.conversation_id, handoff = await handoffs.request_by_visitor(
+                self.visitor, self.conversation_id, frame["reason"], frame["email"]
+            )
+        except services.Refused:
+            await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
+            return
+        except LimitReached as limit:
+            await self._error(limit.code, limit.message(self.language))
+            return
+        await self.send_json({"type": "handoff.saved", **handoff})
 
     async def _start_turn(self, text: str) -> None:
         try:
@@ -164,7 +191,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._busy()
             return
         except turns.ShuttingDown:
-            await self._error("unavailable", "The server is restarting. Please send your message again in a moment.")
+            await self._error("unavailable")
             return
         except services.Refused:
             await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
@@ -174,15 +201,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
                 self.conversation_id = await database_sync_to_async(services.start_new_conversation)(
                     self.conversation_id
                 )
-            await self._error(limit.code, limit.message)
+            await self._error(limit.code, limit.message(self.language))
             return
         except Exception:
             logger.exception("could not start a turn")
-            await self._error("server_error", "Something went wrong on our side. Please try again.")
+            await self._error("server_error")
             return
 
     async def _busy(self) -> None:
-        await self._error("busy", "A turn is already running; stop it or wait for it to end.")
+        await self._error("busy")
 
     def _rearm_idle_timer(self) -> None:
         """An idle socket holds memory and a slot of the visitor's; close it
@@ -228,8 +255,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def send_json(self, frame: dict[str, Any]) -> None:
         await self.send(text_data=fastjson.dumps(frame))
 
-    async def _error(self, code: str, message: str, **fields: Any) -> None:
-        await self.send_json({"type": "error", "code": code, "message": message, **fields})
+    async def _error(self, code: str, message: str | None = None, **fields: Any) -> None:
+        """An `error` frame: the code's message from the catalogue
+        (chat/errors.py) unless a more precise one is given."""
+        with translation.override(self.language):
+            text = str(message) if message is not None else errors.message(code)
+        await self.send_json({"type": "error", "code": code, "message": text, **fields})
 
 
 def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None, tuple[int, str] | None] | None:
@@ -248,7 +279,30 @@ def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None, tuple[int, st
     if visitor is None:
         return None
     running = services.running_turn(visitor)
-    return Visitor.of(visitor, _client_address(scope)), services.conversation_of(visitor), running
+    page = _source_page(scope) if tokens else ""
+    return Visitor.of(visitor, _client_address(scope), page), services.conversation_of(visitor), running
+
+
+def _source_page(scope: dict[str, Any]) -> str:
+    """The page of a customer's site that embeds the widget, as the widget's
+    script tells it (static/chat/widget.js): kept as origin and path (a query
+    string can carry anything), and only from a site allowed to embed it."""
+    pages = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("page")
+    return embed.source_page(pages[0]) if pages else ""
+
+
+def _language(scope: dict[str, Any]) -> str:
+    """The visitor's language, from their browser's Accept-Language, as
+    Django's LocaleMiddleware chooses for the page."""
+    header = dict(scope.get("headers", [])).get(b"accept-language", b"").decode("latin-1")
+    for code, _quality in translation.trans_real.parse_accept_lang_header(header):
+        if code == "*":
+            break
+        try:
+            return translation.get_supported_language_variant(code)
+        except LookupError:
+            continue
+    return settings.LANGUAGE_CODE
 
 
 def _client_address(scope: dict[str, Any]) -> str | None:
@@ -260,29 +314,34 @@ def _client_address(scope: dict[str, Any]) -> str | None:
 def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, Any], tuple[str, str] | None]:
     """Validates a client frame; returns it, or an error code and message."""
     if text_data is None:
-        return {}, ("bad_frame", "Frames must be JSON text, not binary.")
+        return {}, ("bad_frame", _("Frames must be JSON text, not binary."))
     try:
         frame = fastjson.loads(text_data)
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
-        return {}, ("bad_json", "The frame is not valid JSON.")
+        return {}, ("bad_json", _("The frame is not valid JSON."))
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-        return {}, ("bad_frame", 'A frame is a JSON object with a "type".')
+        return {}, ("bad_frame", _('A frame is a JSON object with a "type".'))
     if frame["type"] in ("stop", "forget"):
         return frame, None
     if frame["type"] == "history":
         before = frame.get("before")
         if before is not None and (type(before) is not int or before < 1):
-            return {}, ("bad_frame", '"before" must be a turn id.')
+            return {}, ("bad_frame", _('"before" must be a turn id.'))
         return frame, None
     if frame["type"] == "feedback":
         return _parse_feedback(frame)
+    if frame["type"] == "handoff":
+        return _parse_handoff(frame)
     if frame["type"] != "message":
-        return {}, ("unknown_type", f"Unknown frame type {frame['type'][:40]!r}.")
+        return {}, ("unknown_type", _("Unknown frame type %(type)r.") % {"type": frame["type"][:40]})
     text = frame.get("text")
     if not isinstance(text, str) or not text.strip():
-        return {}, ("bad_text", '"text" must be a non-empty string.')
+        return {}, ("bad_text", _('"text" must be a non-empty string.'))
     if len(text) > settings.KOOKEE_MAX_MESSAGE_CHARS:
-        return {}, ("too_long", f"Messages are limited to {settings.KOOKEE_MAX_MESSAGE_CHARS} characters.")
+        return {}, (
+            "too_long",
+            _("Messages are limited to %(limit)s characters.") % {"limit": settings.KOOKEE_MAX_MESSAGE_CHARS},
+        )
     return {**frame, "text": storable(text)}, None
 
 
@@ -293,13 +352,33 @@ RATINGS = ("up", "down")
 def _parse_feedback(frame: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
     turn_id, rating, comment = frame.get("turn_id"), frame.get("rating"), frame.get("comment", "")
     if type(turn_id) is not int or turn_id < 1:
-        return {}, ("bad_feedback", '"turn_id" must be the id of one of your answers.')
+        return {}, ("bad_feedback", _('"turn_id" must be the id of one of your answers.'))
     if rating not in RATINGS:
-        return {}, ("bad_feedback", '"rating" must be "up" or "down".')
+        return {}, ("bad_feedback", _('"rating" must be "up" or "down".'))
     if comment is None:
         comment = ""
     if not isinstance(comment, str):
-        return {}, ("bad_feedback", '"comment" must be text.')
+        return {}, ("bad_feedback", _('"comment" must be text.'))
     if len(comment) > FEEDBACK_COMMENT_CHARS:
-        return {}, ("bad_feedback", f"Comments are limited to {FEEDBACK_COMMENT_CHARS} characters.")
+        return {}, (
+            "bad_feedback",
+            _("Comments are limited to %(limit)s characters.") % {"limit": FEEDBACK_COMMENT_CHARS},
+        )
     return {"type": "feedback", "turn_id": turn_id, "rating": rating, "comment": storable(comment.strip())}, None
+
+
+def _parse_handoff(frame: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    reason, email = frame.get("reason", ""), frame.get("email", "")
+    reason = "" if reason is None else reason
+    email = "" if email is None else email
+    if not isinstance(reason, str) or len(reason) > handoffs.REASON_CHARS:
+        return {}, ("bad_handoff", _("Say why in at most %(limit)s characters.") % {"limit": handoffs.REASON_CHARS})
+    if not isinstance(email, str):
+        return {}, ("bad_handoff", _("That email address is not valid."))
+    email = email.strip()
+    if email:
+        try:
+            validate_email(email)
+        except ValidationError:
+            return {}, ("bad_handoff", _("That email address is not valid."))
+    return {"type": "handoff", "reason": storable(reason.strip()), "email": email}, None

@@ -11,11 +11,14 @@ WebSocket handshake instead of a cookie.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core import signing
+from django.http.request import validate_host
 
 # Widget visitors' keys are hashed into Conversation.visitor_hash like
 # session keys, which are 32 lowercase letters and digits and so never start
@@ -51,3 +54,34 @@ def is_fresh(token: str) -> bool:
 def frame_ancestors() -> str:
     """Who may frame the widget: ourselves and KOOKEE_EMBED_ORIGINS."""
     return " ".join(["'self'", *settings.KOOKEE_EMBED_ORIGINS])
+
+
+SOURCE_PAGE_CHARS = 500
+
+
+def source_page(url: str) -> str:
+    """The embedding page a widget visitor chats from, as its script reports
+    it: origin and path only (a query string or fragment can carry a
+    token or an email), and only on a site allowed to embed the widget, so
+    that nobody can make Support's list show an address of their choosing.
+    "" for anything else."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return ""
+    host = parts.hostname
+    if parts.scheme not in ("http", "https") or not host:
+        return ""
+    origin = f"{parts.scheme}://{f'[{host}]' if ':' in host else host}{f':{port}' if port else ''}"
+    if not _may_embed(origin, host):
+        return ""
+    return (origin + (parts.path or "/"))[:SOURCE_PAGE_CHARS]
+
+
+def _may_embed(origin: str, host: str) -> bool:
+    for allowed in settings.KOOKEE_EMBED_ORIGINS:
+        pattern = re.escape(allowed).replace(r"\*\.", r"[^/]+\.")
+        if re.fullmatch(pattern, origin):
+            return True
+    return validate_host(host, settings.ALLOWED_HOSTS)  # our own pages ('self')

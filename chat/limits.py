@@ -17,15 +17,22 @@ from django.utils import timezone
 
 from billing import days
 from billing.models import LedgerEntry
+from chat import errors
 from chat.models import Turn
 from chat.visitors import Visitor
 
 
 class LimitReached(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
+    """A limit refused the visitor: `code` for their page, and the message
+    they read (chat/errors.py), by `key` when one code has several."""
+
+    def __init__(self, code: str, key: str = "") -> None:
+        super().__init__(code)
         self.code = code
-        self.message = message
+        self.key = key or code
+
+    def message(self, language: str | None = None) -> str:
+        return errors.message(self.key, language)
 
 
 class FrameBudget:
@@ -142,34 +149,26 @@ def check_turn_allowed(visitor: Visitor, conversation_id: int) -> None:
         today=Sum(tokens, filter=Q(ledger_entry__created_at__gte=_start_of_day())),
     )
     if mine["minute"] >= settings.KOOKEE_TURNS_PER_MINUTE:
-        raise LimitReached("rate_limited", "You're sending messages quickly. Please wait a minute and try again.")
+        raise LimitReached("rate_limited")
     if (
         visitor.network
         and Turn.objects.filter(client_network=visitor.network, started_at__gte=minute_ago).count()
         >= settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS
     ):
-        raise LimitReached("rate_limited", "Many messages are coming from your network. Please try again shortly.")
+        raise LimitReached("rate_limited", "network_rate_limited")
     if (mine["conversation"] or 0) >= settings.KOOKEE_TOKENS_PER_CONVERSATION:
-        raise LimitReached(
-            "conversation_full",
-            "This conversation has reached its length limit. Please send your message again: it starts a new one.",
-        )
+        raise LimitReached("conversation_full")
     if (mine["today"] or 0) >= settings.KOOKEE_TOKENS_PER_VISITOR_PER_DAY:
-        raise LimitReached("visitor_budget_exhausted", TOMORROW)
+        raise LimitReached("visitor_budget_exhausted")
     today = LedgerEntry.objects.filter(created_at__gte=_start_of_day())
     network_budget = settings.KOOKEE_NETWORK_SHARE_OF_DAY * settings.KOOKEE_TOKENS_PER_DAY
     if visitor.network and (
         day_totals.get(network_key(visitor.network), today.filter(turn__client_network=visitor.network))
         >= network_budget
     ):
-        raise LimitReached("network_budget_exhausted", TOMORROW)
+        raise LimitReached("network_budget_exhausted")
     if day_totals.get(SITE, today) >= settings.KOOKEE_TOKENS_PER_DAY:
-        raise LimitReached(
-            "budget_exhausted", "The assistant has answered all it can for today. Please come back tomorrow."
-        )
-
-
-TOMORROW = "The assistant has answered all it can for you today. Please come back tomorrow."
+        raise LimitReached("budget_exhausted")
 
 
 def _start_of_day():

@@ -1,7 +1,9 @@
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 
 
 class HelpArticle(models.Model):
@@ -30,6 +32,10 @@ class Conversation(models.Model):
     # session (and a staff member's admin). Blank once the visitor started
     # over or the conversation was erased: nobody can reach it any more.
     visitor_hash = models.CharField(max_length=64, db_index=True, blank=True, editable=False)
+    # Where the visitor asked from: the page of a customer's site that embeds
+    # the widget (origin and path only: a query string can carry anything),
+    # or blank for the chat page itself.
+    source_url = models.CharField(max_length=500, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 
@@ -171,6 +177,116 @@ class Feedback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_rating_display()} on turn {self.turn_id}"
+
+
+class Search(models.Model):
+    """One help-center search the model made, for the unanswered-questions
+    page: what was searched, how well the best article matched, which
+    articles came back, and whether the answer then cited any of them."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="searches")
+    query = models.TextField()
+    # The query's normalised terms (chat/search.py: lower case, stemmed, no
+    # stopwords, sorted): searches for the same thing in other words group.
+    terms = models.CharField(max_length=200, blank=True, db_index=True)
+    # The best article's relevance (chat/search.py); None: nothing shared a term.
+    top_score = models.FloatField(null=True, blank=True)
+    # At least one article cleared the relevance floor.
+    matched = models.BooleanField()
+    article_ids = models.JSONField(default=list, blank=True)
+    cited = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "searches"
+        indexes = [models.Index(fields=["matched", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"Search on turn {self.turn_id}"
+
+
+class UnansweredQuestion(Search):
+    """The unanswered-questions page's place in the admin (chat/reports.py):
+    searches, thumbs down and handoffs, grouped. Viewing it is its permission."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "unanswered question"
+        verbose_name_plural = "unanswered questions"
+
+
+class SupportReport(Turn):
+    """The support report's place in the admin (chat/reports.py): a page of
+    figures per period, not a list. Viewing it is its permission."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "support report"
+        verbose_name_plural = "support report"
+
+
+class Handoff(models.Model):
+    """A visitor's request to talk to a person: from the page's "Talk to a
+    person", or from the model's request_human tool. Support claims it, then
+    closes it. A conversation has at most one open (or claimed) request: a
+    second one adds to it."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        CLAIMED = "claimed", "Claimed"
+        CLOSED = "closed", "Closed"
+
+    # Waiting for Support: a conversation has at most one such request.
+    PENDING = (Status.OPEN, Status.CLAIMED)
+
+    class Source(models.TextChoices):
+        VISITOR = "visitor", "The visitor asked"
+        ASSISTANT = "assistant", "The assistant offered"
+
+    class Delivery(models.TextChoices):
+        NONE = "", "Not configured"
+        PENDING = "pending", "Pending"
+        SENT = "sent", "Sent"
+        FAILED = "failed", "Failed"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="handoffs")
+    # The turn during which it was asked for, if any.
+    turn = models.ForeignKey(Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="handoffs")
+    source = models.CharField(max_length=10, choices=Source)
+    reason = models.TextField(blank=True)
+    # Personal data, given by the visitor for the reply; erased with the conversation.
+    email = models.EmailField(blank=True)
+    # The rate limit's unit, as on Turn; dropped with the turns' addresses.
+    client_network = models.CharField(max_length=43, blank=True, editable=False)
+    status = models.CharField(max_length=8, choices=Status, default=Status.OPEN)
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    # Support's notifications (chat/handoffs.py): by email, and by webhook.
+    email_status = models.CharField(max_length=8, choices=Delivery, blank=True, default=Delivery.NONE)
+    webhook_status = models.CharField(max_length=8, choices=Delivery, blank=True, default=Delivery.NONE)
+    webhook_attempts = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["status", "created_at"]),
+            models.Index(fields=["client_network", "created_at"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation"],
+                condition=models.Q(status__in=["open", "claimed"]),
+                name="one_pending_handoff_per_conversation",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"Handoff {self.pk} ({self.status})"
 
 
 class RevokedKey(models.Model):

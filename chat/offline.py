@@ -6,7 +6,10 @@ with the same `openai` client code, SSE parsing and stream closing as to a
 real provider. Greetings and "what can you do?" get a direct answer in one
 round; help questions get a sentence of narration and a
 `search_help_center` call (two in parallel for a two-part question), then an
-answer built from the articles the search returned, citing them.
+answer built from the articles the search returned, citing them. When the
+search finds no good match it says the help center does not cover it and
+offers a person; asked for a person (or saying yes to that offer), it calls
+`request_human`. It speaks Portuguese to a visitor who writes Portuguese.
 """
 
 from __future__ import annotations
@@ -26,10 +29,31 @@ GREETING = re.compile(
     r"[\s!.,?]*\w{0,10}[\s!.?]*$",
     re.IGNORECASE,
 )
+PORTUGUESE_GREETING = re.compile(
+    r"^\s*(oi+|ol[aá]|e a[ií]|opa|bom dia|boa tarde|boa noite|obrigad[oa]|valeu|tudo bem)\b"
+    r"[\s!.,?]*\w{0,10}[\s!.?]*$",
+    re.IGNORECASE,
+)
 CAPABILITIES = re.compile(
-    r"what (can|do) you do|who are you|what are you|how can you help|what can i ask", re.IGNORECASE
+    r"what (can|do) you do|who are you|what are you|how can you help|what can i ask"
+    r"|o que (voc[eê]|vc) (faz|pode fazer)|quem [eé] (voc[eê]|vc)|como (voc[eê]|vc) pode ajudar",
+    re.IGNORECASE,
+)
+# Asking for a person, in English or Portuguese.
+PERSON = re.compile(
+    r"\b(talk|speak|chat|connect me)\b.*\b(person|human|someone|agent|support|representative|people)\b"
+    r"|\b(real|live) (person|human|agent)\b|\bhuman\b"
+    r"|\bfalar com\b.*\b(pessoa|humano|atendente|algu[eé]m|suporte)\b|\batendente\b",
+    re.IGNORECASE,
+)
+YES = re.compile(r"^\s*(yes|yeah|yep|sure|ok|okay|please|sim|pode|quero|por favor)\b[\s\w,!.]{0,30}$", re.IGNORECASE)
+# Words that English almost never uses, and Portuguese often does.
+PORTUGUESE_WORDS = frozenset(
+    "não nao você voce vocês como posso pode para uma meu minha está esta é são qual quero "
+    "preciso onde quando porque por que isso fazer tem obrigado obrigada olá ola".split()
 )
 SEARCH_TOOL = "search_help_center"
+HUMAN_TOOL = "request_human"
 
 GREETING_ANSWER = (
     "Hi! I'm Kookee's help-center assistant. Ask me anything about feedback boards, "
@@ -47,6 +71,40 @@ NO_TOOLS_ANSWER = (
     "I can only answer from the help center, and I couldn't search it this time. "
     "Could you ask again, perhaps in other words?"
 )
+# A person is offered with this sentence; "yes" to it asks for one.
+OFFER = {
+    "en": "I can put you in touch with a person from our support team: just say so, or press “Talk to a person”.",
+    "pt": "Posso chamar uma pessoa da nossa equipe de suporte: é só pedir, ou tocar em “Falar com uma pessoa”.",
+}
+SAID = {
+    "en": {
+        "greeting": GREETING_ANSWER,
+        "not_covered": "The help center doesn't cover that, as far as I can find.",
+        "narration": "Let me search the help center for that.",
+        "two_questions": "That's two questions; let me look both up in the help center.",
+        "found": "Here's what the help center says:",
+        "handing_over": "Let me ask a person from our support team to help you.",
+        "handed_over": (
+            "Done: our support team has your request and can read this conversation. "
+            "A person will get back to you; leave your email in the form below if you'd like a reply by email."
+        ),
+    },
+    "pt": {
+        "greeting": (
+            "Olá! Sou o assistente da central de ajuda da Kookee. Pergunte o que quiser sobre quadros de feedback, "
+            "roadmap, changelog, o widget, cobrança ou a sua conta, e eu encontro a resposta."
+        ),
+        "not_covered": "A central de ajuda não fala sobre isso, até onde consegui encontrar.",
+        "narration": "Vou procurar isso na central de ajuda.",
+        "two_questions": "São duas perguntas; vou procurar as duas na central de ajuda.",
+        "found": "Veja o que diz a central de ajuda (em inglês):",
+        "handing_over": "Vou pedir a uma pessoa da nossa equipe de suporte que ajude você.",
+        "handed_over": (
+            "Pronto: nossa equipe de suporte recebeu o seu pedido e pode ler esta conversa. "
+            "Uma pessoa vai responder; deixe seu e-mail no formulário abaixo se quiser a resposta por e-mail."
+        ),
+    },
+}
 
 
 class OfflineTransport(httpx2.AsyncBaseTransport):
@@ -62,7 +120,8 @@ class OfflineTransport(httpx2.AsyncBaseTransport):
         body = json.loads(await request.aread())
         if not body.get("stream"):
             return httpx2.Response(400, json={"error": {"message": "only streaming is served"}})
-        reply = respond(body.get("messages") or [], bool(body.get("tools")), body.get("tool_choice"))
+        offered = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+        reply = respond(body.get("messages") or [], offered, body.get("tool_choice"))
         stream = _SSEStream(
             _events(body, reply),
             delay=1 / self.tokens_per_second if self.tokens_per_second > 0 else 0,
@@ -72,30 +131,59 @@ class OfflineTransport(httpx2.AsyncBaseTransport):
 
 
 class Reply:
-    """What the model says in one round: text, then maybe tool calls."""
+    """What the model says in one round: text, then maybe tool calls
+    (searches for `queries`, a request for a person with `handoff`)."""
 
-    def __init__(self, text: str, queries: list[str] | None = None) -> None:
+    def __init__(self, text: str, queries: list[str] | None = None, handoff: str | None = None) -> None:
         self.text = text
         self.queries = queries or []
+        self.handoff = handoff
 
 
-def respond(messages: list[dict[str, Any]], tools_offered: bool, tool_choice: Any) -> Reply:
-    """Decides one round's reply from the conversation so far."""
+def respond(messages: list[dict[str, Any]], tools: list[str], tool_choice: Any) -> Reply:
+    """Decides one round's reply from the conversation so far; `tools`:
+    the names of the tools offered."""
     last = messages[-1] if messages else {}
+    question = _last_question(messages)
+    said = SAID[_language(question)]
     if last.get("role") == "tool":
-        return Reply(_answer_from_results(messages))
-    question = str(last.get("content") or "").strip()
+        return Reply(_answer_from_results(messages, said))
+    can_hand_over = HUMAN_TOOL in tools and tool_choice != "none"
+    if can_hand_over and PERSON.search(question):
+        return Reply(said["handing_over"], handoff=question)
+    if can_hand_over and YES.match(question) and _offered(messages):
+        # The reason is what the help center could not answer, not "yes".
+        return Reply(said["handing_over"], handoff=_last_question(messages[:-1]) or question)
     if GREETING.match(question):
         return Reply(GREETING_ANSWER)
+    if PORTUGUESE_GREETING.match(question):
+        return Reply(SAID["pt"]["greeting"])
     if CAPABILITIES.search(question):
         return Reply(CAPABILITIES_ANSWER)
-    if not tools_offered or tool_choice == "none":
+    if tool_choice == "none" or SEARCH_TOOL not in tools:
         return Reply(NO_TOOLS_ANSWER)
     queries = _split_question(question)
-    narration = "Let me search the help center for that."
-    if len(queries) > 1:
-        narration = "That's two questions; let me look both up in the help center."
-    return Reply(narration, queries)
+    return Reply(said["two_questions"] if len(queries) > 1 else said["narration"], queries)
+
+
+def _last_question(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return str(message.get("content") or "").strip()
+    return ""
+
+
+def _language(text: str) -> str:
+    words = re.findall(r"\w+", text.lower())
+    if PORTUGUESE_GREETING.match(text) or re.search(r"[ãõç]", text.lower()):
+        return "pt"
+    return "pt" if sum(word in PORTUGUESE_WORDS for word in words) >= 2 else "en"
+
+
+def _offered(messages: list[dict[str, Any]]) -> bool:
+    """Whether the answer before the visitor's latest message offered a person."""
+    assistant = [m for m in messages[:-1] if m.get("role") == "assistant" and m.get("content")]
+    return bool(assistant) and any(offer in str(assistant[-1]["content"]) for offer in OFFER.values())
 
 
 def _split_question(question: str) -> list[str]:
@@ -103,22 +191,24 @@ def _split_question(question: str) -> list[str]:
     return parts[:2] if len(parts) >= 2 else [question]
 
 
-def _answer_from_results(messages: list[dict[str, Any]]) -> str:
+def _answer_from_results(messages: list[dict[str, Any]], said: dict[str, str]) -> str:
     results = []
     for message in reversed(messages):
         if message.get("role") != "tool":
             break
         results.insert(0, _parse(message.get("content")))
+    if any(r.get("requested") for r in results):
+        return said["handed_over"]
     found = [r["articles"][0] for r in results if r.get("articles")]
     if not found:
-        return (
-            "I couldn't find a help-center article about that. Could you rephrase it, "
-            "or tell me a bit more about what you're trying to do?"
-        )
+        # No good match (or a failed search): say so rather than quote the
+        # closest article, and offer a person.
+        language = "pt" if said is SAID["pt"] else "en"
+        return f"{said['not_covered']} {OFFER[language]}"
     # Cite inline, as the system prompt asks: the page lists the articles an
     # answer links to as its sources.
     paragraphs = [f"**[{a['title']}]({a['url']})**: {a['snippet']}" for a in found]
-    return "\n\n".join(["Here's what the help center says:", *paragraphs])
+    return "\n\n".join([said["found"], *paragraphs])
 
 
 def _parse(content: Any) -> dict[str, Any]:
@@ -146,15 +236,17 @@ def _events(body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
     events = [chunk({"role": "assistant", "content": ""})]
     events += [chunk({"content": piece}) for piece in pieces]
     output_tokens = len(pieces)
-    for index, query in enumerate(reply.queries):
-        arguments = json.dumps({"query": query})
-        fragments = [arguments[i : i + 12] for i in range(0, len(arguments), 12)]
-        call_id = f"call_offline_{index}"
-        first = {"index": index, "id": call_id, "type": "function"}
-        events.append(chunk({"tool_calls": [{**first, "function": {"name": SEARCH_TOOL, "arguments": ""}}]}))
+    calls = [(SEARCH_TOOL, {"query": query}) for query in reply.queries]
+    if reply.handoff is not None:
+        calls.append((HUMAN_TOOL, {"reason": reply.handoff}))
+    for index, (name, arguments) in enumerate(calls):
+        encoded = json.dumps(arguments)
+        fragments = [encoded[i : i + 12] for i in range(0, len(encoded), 12)]
+        first = {"index": index, "id": f"call_offline_{index}", "type": "function"}
+        events.append(chunk({"tool_calls": [{**first, "function": {"name": name, "arguments": ""}}]}))
         events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": f}}]}) for f in fragments]
         output_tokens += len(fragments) + 1
-    events.append(chunk({}, "tool_calls" if reply.queries else "stop"))
+    events.append(chunk({}, "tool_calls" if calls else "stop"))
     if (body.get("stream_options") or {}).get("include_usage"):
         # As providers count: the messages and the tool definitions.
         prompt = json.dumps(body.get("messages")) + json.dumps(body.get("tools") or [])

@@ -1,8 +1,10 @@
 """The staff roles, as Django groups. Users also need "staff status" to log
 in to the admin; superusers see everything.
 
-- Support reads transcripts (conversations, turns, generations, tool calls)
-  and edits the help center. No prices, no ledger.
+- Support reads transcripts (conversations, turns, generations, tool calls),
+  ratings, searches, the unanswered questions and the support report; works
+  the queue of requests for a person; edits the help center. No prices, no
+  ledger.
 - Finance reads the usage ledger and its reports and edits the price table.
   Nothing that visitors or the model wrote.
 """
@@ -18,6 +20,11 @@ ROLES = {
         "chat.view_generation",
         "chat.view_toolcall",
         "chat.view_feedback",
+        "chat.view_search",
+        "chat.view_unansweredquestion",
+        "chat.view_supportreport",
+        "chat.view_handoff",
+        "chat.change_handoff",
         "chat.view_helparticle",
         "chat.add_helparticle",
         "chat.change_helparticle",

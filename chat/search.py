@@ -2,10 +2,22 @@
 found in the title (a title says what an article is about; a body mentions
 many things in passing).
 
-A help center holds tens to a few hundred articles, so ranking in memory is
-fast and needs no search engine; it works the same on SQLite and PostgreSQL.
-An `Index` does the tokenising once; chat/help_center.py keeps one per
-process and rebuilds it when an article changes.
+Ranking always finds a best article; it is only an answer when it clears the
+relevance floor. Three measures decide, since none separates alone:
+
+- relevance: the article's score against the query's own weight (the sum of
+  its terms' idf): 1.0 is every term once in an article of average length,
+  whatever the size of the help center or the length of the query;
+- coverage: the share of the query's weight that the article contains. A
+  term the help center never uses ("bitcoin") weighs the most, so when the
+  article matches only the common words around it ("pay"), coverage is low;
+- strength: the article's score in units of the weight of a term that no
+  article contains: how much it says about the query, however long the query.
+
+An article clears the floor with enough relevance and coverage (the
+question's main terms found, and found well), or with a high relevance and
+strength, when the words it misses are filler ("we're moving from Canny, can
+we bring our old posts?").
 """
 
 from __future__ import annotations
@@ -27,6 +39,13 @@ TITLE_BONUS = 1.5
 K1 = 1.2
 B = 0.75
 SNIPPET_CHARS = 280
+# The relevance floor (see the module's docstring), set on the demo help
+# center's questions, those it answers and those it does not
+# (tests/chat/test_search.py holds both sets).
+MIN_RELEVANCE = 0.5
+MIN_COVERAGE = 0.45
+STRONG_RELEVANCE = 0.8
+STRONG_STRENGTH = 2.2
 
 
 @dataclass(frozen=True)
@@ -35,6 +54,21 @@ class Document:
     title: str
     url: str
     body: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    document: Document
+    relevance: float
+    coverage: float
+    strength: float
+
+    @property
+    def good(self) -> bool:
+        """Clears the relevance floor: an article that answers the query."""
+        if self.relevance >= STRONG_RELEVANCE and self.strength >= STRONG_STRENGTH:
+            return True
+        return self.relevance >= MIN_RELEVANCE and self.coverage >= MIN_COVERAGE
 
 
 def terms(text: str) -> list[str]:
@@ -73,19 +107,29 @@ class Index:
         self._paragraphs: dict[int, list[tuple[str, frozenset[str]]]] = {}
 
     def rank(self, query: str, limit: int = 3) -> list[Document]:
-        """The documents that best match the query, best first."""
+        """The documents that best match the query, best first, whether or
+        not they clear the relevance floor."""
+        return [hit.document for hit in self.hits(query, limit)]
+
+    def hits(self, query: str, limit: int = 3) -> list[Hit]:
+        """The documents that share a term with the query, best first, with
+        the measures of their relevance."""
         wanted = set(terms(query))
         if not wanted or not self.documents:
             return []
         idf = {term: self._idf(term) for term in wanted}
-        scores = []
+        whole = sum(idf.values())
+        unit = self._idf_of(0)  # the weight of a term no document contains
+        hits = []
         for number, document in enumerate(self.documents):
-            score = self._bm25(idf, self._bags[number], self._lengths[number])
+            bag = self._bags[number]
+            score = self._bm25(idf, bag, self._lengths[number])
             score += TITLE_BONUS * sum(idf[t] for t in wanted & self._titles[number])
             if score > 0:
-                scores.append((score, document))
-        scores.sort(key=lambda pair: (-pair[0], pair[1].id))
-        return [document for _, document in scores[:limit]]
+                coverage = sum(weight for term, weight in idf.items() if term in bag) / whole
+                hits.append(Hit(document, score / whole, coverage, score / unit))
+        hits.sort(key=lambda hit: (-hit.relevance, hit.document.id))
+        return hits[:limit]
 
     def snippet(self, query: str, document: Document) -> str:
         """The paragraph of the document that matches the query best, as plain text."""
@@ -103,7 +147,9 @@ class Index:
         return best[:SNIPPET_CHARS].rsplit(" ", 1)[0] + "…"
 
     def _idf(self, term: str) -> float:
-        containing = self._containing.get(term, 0)
+        return self._idf_of(self._containing.get(term, 0))
+
+    def _idf_of(self, containing: int) -> float:
         return math.log(1 + (len(self.documents) - containing + 0.5) / (containing + 0.5))
 
     def _bm25(self, idf: dict[str, float], bag: Counter, length: int) -> float:
@@ -114,6 +160,12 @@ class Index:
                 norm = frequency + K1 * (1 - B + B * length / self._average_length)
                 score += weight * frequency * (K1 + 1) / norm
         return score
+
+
+def normalised(query: str) -> str:
+    """The query's terms, each once, sorted: what groups searches for the
+    same thing in other words ("Can I pay with bitcoin?", "pay in bitcoins")."""
+    return " ".join(sorted(set(terms(query))))
 
 
 def rank(query: str, documents: list[Document], limit: int = 3) -> list[Document]:

@@ -20,28 +20,17 @@ from django.utils import timezone
 from billing import calibration
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat import embed, help_center, limits
+from chat import embed, limits, prompt, search
 from chat.limits import check_turn_allowed
-from chat.models import Conversation, Feedback, Generation, RevokedKey, ToolCall, Turn
+from chat.models import Conversation, Feedback, Generation, Handoff, RevokedKey, Search, ToolCall, Turn
 from chat.rounds import Round, storable
-from chat.sources import search_results, used_articles
+from chat.sources import SEARCH_TOOL, search_results, used_articles
 from chat.visitors import Visitor, hash_key
 
 logger = logging.getLogger("kookee.generations")
+search_log = logging.getLogger("kookee.searches")
 # Starting over and erasure: ids only, never a key, a hash or any text.
 privacy_log = logging.getLogger("kookee.privacy")
-
-SYSTEM_PROMPT = """You are Kookee's help-center assistant. Kookee is a product for collecting \
-customer feedback: feedback boards, a public roadmap, a changelog and an embeddable widget.
-
-Answer questions about Kookee from the help center: call search_help_center for any question \
-about the product before answering, and base your answer only on the articles it returns, citing \
-the ones you used as Markdown links. If the help center has no answer, say so and suggest \
-contacting support. Greetings and small talk need no search. Be brief and friendly.
-
-The help center has these articles:
-{overview}"""
-
 
 ACTIVITY_RESOLUTION = timedelta(minutes=1)
 
@@ -131,13 +120,33 @@ def history_of(conversation_id: int | None, before: int | None = None) -> dict[s
     KOOKEE_HISTORY_PAGE_TURNS turns (before the turn `before`, when given),
     oldest first, and whether there are older ones."""
     if conversation_id is None:
-        return {"turns": [], "more": False}
+        return {"turns": [], "more": False, "handoff": None}
     turns = Turn.objects.filter(conversation_id=conversation_id)
     if before is not None:
         turns = turns.filter(id__lt=before)
     size = settings.KOOKEE_HISTORY_PAGE_TURNS
     page = list(turns.order_by("-started_at", "-id").values_list("id", flat=True)[: size + 1])
-    return {"turns": history(page[:size]), "more": len(page) > size}
+    # Beyond the contract: the conversation's request for a person, pending.
+    return {"turns": history(page[:size]), "more": len(page) > size, "handoff": pending_handoff(conversation_id)}
+
+
+def pending_handoff(conversation_id: int | None) -> dict[str, Any] | None:
+    """The conversation's open or claimed request for a person, as the page
+    shows it; None when there is none."""
+    if conversation_id is None:
+        return None
+    pending = (
+        Handoff.objects.filter(conversation_id=conversation_id, status__in=Handoff.PENDING)
+        .only("status", "email")
+        .first()
+    )
+    return handoff_state(pending) if pending else None
+
+
+def handoff_state(handoff: Handoff) -> dict[str, Any]:
+    """A request for a person as the visitor's page sees it: whether Support
+    has an address to reply to, never the address."""
+    return {"handoff_id": handoff.id, "status": handoff.status, "email": bool(handoff.email)}
 
 
 def history(turn_ids: list[int]) -> list[dict[str, Any]]:
@@ -213,23 +222,7 @@ def start_turn(
 def _start_turn(
     visitor: Visitor, conversation_id: int | None, user_text: str, model: str, owner: str
 ) -> tuple[int, int, list[dict[str, Any]]]:
-    if conversation_id is None:
-        if RevokedKey.objects.filter(visitor_hash=visitor.hash).exists():
-            raise Refused  # started over in another tab since this one connected
-        # Another tab of theirs, on any process, may have written first since
-        # this one connected: wait for its transaction, then find its conversation.
-        _lock_visitor(visitor.hash)
-        conversation_id = conversation_of(visitor.hash)
-    if conversation_id is None:
-        conversation = Conversation.objects.create(visitor_hash=visitor.hash)
-    else:
-        # The lock makes a message racing in from another process wait here;
-        # its insert then meets this turn (the constraint: Busy).
-        conversation = (
-            Conversation.objects.select_for_update().only("visitor_hash", "updated_at").get(pk=conversation_id)
-        )
-        if conversation.visitor_hash != visitor.hash:
-            raise Refused  # started over or erased since this tab connected
+    conversation = conversation_for(visitor, conversation_id)
     check_turn_allowed(visitor, conversation.id)
     earlier = list(
         conversation.turns.order_by("-started_at", "-id").values_list("user_text", "assistant_text")[
@@ -249,13 +242,29 @@ def _start_turn(
         # Last activity is shown to the minute and idles widgets in days:
         # turns back to back need not write it each time.
         conversation.save(update_fields=["updated_at"])
-    messages = [{"role": "system", "content": _system_prompt()}]
-    for asked, answered in reversed(earlier):
-        messages.append({"role": "user", "content": asked})
-        if answered:
-            messages.append({"role": "assistant", "content": answered})
-    messages.append({"role": "user", "content": user_text})
-    return conversation.id, turn.id, messages
+    return conversation.id, turn.id, prompt.messages(reversed(earlier), user_text)
+
+
+def conversation_for(visitor: Visitor, conversation_id: int | None) -> Conversation:
+    """The visitor's conversation, locked for this transaction; created at
+    their first message (or request for a person). `conversation_id` is the
+    one their tab knows, None before it knew one. Raises Refused when their
+    key no longer reaches it (they started over, or it was erased)."""
+    if conversation_id is None:
+        if RevokedKey.objects.filter(visitor_hash=visitor.hash).exists():
+            raise Refused  # started over in another tab since this one connected
+        # Another tab of theirs, on any process, may have written first since
+        # this one connected: wait for its transaction, then find its conversation.
+        _lock_visitor(visitor.hash)
+        conversation_id = conversation_of(visitor.hash)
+    if conversation_id is None:
+        return Conversation.objects.create(visitor_hash=visitor.hash, source_url=visitor.page)
+    # The lock makes a message racing in from another process wait here;
+    # its insert then meets this turn (the constraint: Busy).
+    conversation = Conversation.objects.select_for_update().only("visitor_hash", "updated_at").get(pk=conversation_id)
+    if conversation.visitor_hash != visitor.hash:
+        raise Refused  # started over or erased since this tab connected
+    return conversation
 
 
 # The first key of PostgreSQL's two-key advisory locks that this app takes.
@@ -311,11 +320,6 @@ def ended_frame(turn_id: int) -> dict[str, Any] | None:
         ),
         **({"reason": turn.stop_reason} if turn.stop_reason else {}),
     }
-
-
-def _system_prompt() -> str:
-    titles = help_center.current_sync().titles
-    return SYSTEM_PROMPT.format(overview="\n".join(f"- {title}" for title in titles))
 
 
 def record_generation(turn_id: int, rnd: Round) -> None:
@@ -437,6 +441,7 @@ def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
             started_at=turn.heartbeat_at,
             ended_at=turn.heartbeat_at,
         )
+    record_searches(turn_id, turn.assistant_text, ToolCall.objects.filter(generation__turn=turn))
     totals = turn.generations.aggregate(
         input=Sum("input_tokens"),
         cached=Sum("cached_input_tokens"),
@@ -490,6 +495,7 @@ def finish_turn(
         owner="",
         ended_at=timezone.now(),
     )
+    record_searches(turn_id, text, [call for rnd in rounds for call in rnd.tool_calls])
     usages = [rnd.usage for rnd in rounds]
     entry = bill_once(
         turn_id,
@@ -504,6 +510,52 @@ def finish_turn(
     keys = [limits.SITE] + ([limits.network_key(turn.client_network)] if turn.client_network else [])
     transaction.on_commit(lambda: limits.day_totals.add(keys, entry.input_tokens + entry.output_tokens))
     return _usage_of(entry)
+
+
+def record_searches(turn_id: int, answer: str, calls: Any) -> None:
+    """Stores the turn's help-center searches, for the unanswered-questions
+    page, and logs each (ids and numbers: never what was searched). `calls`:
+    the round loop's tool calls, or stored ones."""
+    found = []
+    for call in calls:
+        if call.name != SEARCH_TOOL or call.error:
+            continue
+        query = _query_of(call.arguments)
+        results = search_results([call])
+        if query is None or not results:
+            continue
+        result = results[0]
+        articles = [a for a in result.get("articles") or [] if isinstance(a, dict)]
+        cited = bool(used_articles(answer, [result]))
+        found.append(
+            Search(
+                turn_id=turn_id,
+                query=query,
+                terms=search.normalised(query)[:200],
+                top_score=result.get("top_score") if isinstance(result.get("top_score"), (int, float)) else None,
+                matched=bool(articles),
+                article_ids=[a.get("id") for a in articles],
+                cited=cited,
+            )
+        )
+        search_log.info(
+            "search turn=%s top_score=%s articles=%s matched=%s cited=%s",
+            turn_id,
+            found[-1].top_score,
+            found[-1].article_ids,
+            found[-1].matched,
+            cited,
+        )
+    Search.objects.bulk_create(found)
+
+
+def _query_of(arguments: str) -> str | None:
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return None
+    query = parsed.get("query") if isinstance(parsed, dict) else None
+    return storable(query) if isinstance(query, str) and query.strip() else None
 
 
 def _usage_of(entry: LedgerEntry) -> dict[str, Any]:
@@ -544,8 +596,10 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     RevokedKey.objects.bulk_create(
         [RevokedKey(visitor_hash=c.visitor_hash) for c in conversations if c.visitor_hash], ignore_conflicts=True
     )
-    Conversation.objects.filter(pk__in=[c.pk for c in conversations]).update(visitor_hash="")
     ToolCall.objects.filter(generation__turn__in=turns).update(arguments="", result="", error="")
+    Search.objects.filter(turn__in=turns).update(query="", terms="")
+    Handoff.objects.filter(conversation__in=conversations).update(reason="", email="", client_network="")
+    Conversation.objects.filter(pk__in=[c.pk for c in conversations]).update(visitor_hash="", source_url="")
     turns.update(
         user_text="",
         assistant_text="",
@@ -566,6 +620,7 @@ def purge_expired(now: Any = None) -> dict[str, int]:
     cutoff = now - timedelta(days=settings.KOOKEE_ADDRESS_RETENTION_DAYS)
     old = Turn.objects.filter(started_at__lt=cutoff).exclude(client_address=None, client_network="")
     addresses = old.update(client_address=None, client_network="")
+    Handoff.objects.filter(created_at__lt=cutoff).exclude(client_network="").update(client_network="")
     # A key revoked longer ago than a widget token may idle, or a session
     # live, is refused anyway.
     useless_after = max(

@@ -12,7 +12,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from chat.tools import SEARCH_HELP_CENTER
+# The help-center search tool's name (chat/tools.py).
+SEARCH_TOOL = "search_help_center"
 
 
 def used_articles(answer: str, results: Iterable[Any]) -> list[dict[str, str]]:
@@ -39,7 +40,7 @@ def search_results(calls: Iterable[Any]) -> list[Any]:
     loop's or stored ones; stored results are JSON text)."""
     found = []
     for call in calls:
-        if call.name != SEARCH_HELP_CENTER.name or not call.result:
+        if call.name != SEARCH_TOOL or not call.result:
             continue
         result = call.result
         if isinstance(result, str):

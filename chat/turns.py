@@ -19,29 +19,15 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from billing import calibration
-from chat import hub, metrics, provider, rounds, services, tracing
+from chat import errors, hub, metrics, provider, rounds, services, tools, tracing
 from chat.hub import Broadcast
 from chat.rounds import Outcome, Ratios, Round, RoundLoop
 from chat.sources import search_results, used_articles
-from chat.tools import TOOLS
+from chat.tools import REQUEST_HUMAN, TOOLS
 
 logger = logging.getLogger("kookee.turns")
 
 T = TypeVar("T")
-
-ERROR_MESSAGES = {
-    "provider_unreachable": "The assistant can't be reached right now. Please try again in a moment.",
-    "provider_timeout": "The assistant took too long to start answering. Please try again.",
-    "provider_stalled": "The assistant stopped responding mid-answer. Please try again.",
-    "provider_rate_limited": "The assistant is busy right now. Please try again in a minute.",
-    "provider_unavailable": "The assistant is unavailable right now. Please try again in a moment.",
-    "provider_rejected": "The assistant could not take this request. Please try again later.",
-    "provider_error": "The assistant ran into an error. Please try again.",
-    "bad_stream": "The assistant sent something unreadable. Please try again.",
-    "incomplete_stream": "The answer was cut off. Please try again.",
-    "round_limit": "The assistant took too many steps to answer. Please try rephrasing.",
-    "server_error": "Something went wrong on our side. Please try again.",
-}
 
 
 class _Turn:
@@ -163,6 +149,7 @@ async def start(visitor: Any, conversation_id: int | None, text: str) -> int:
 async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]]) -> None:
     """Runs a created turn to its end. Stopping its broadcast stops it."""
     turn = _Turn(broadcast)
+    tools.current_turn.set(turn.turn_id)  # for the tools that act on the conversation
     outcome = Outcome(rounds.FAILED, "server_error")
     live[asyncio.current_task()] = turn
     _start_checkpointer()
@@ -237,9 +224,11 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
     if not turn.started_sent:
         await _send_quietly(turn, {"type": "turn.started", "turn_id": turn.turn_id})
     if outcome.error:
-        message = ERROR_MESSAGES.get(outcome.error, ERROR_MESSAGES["server_error"])
+        # In the site's language here; each tab says it in its visitor's (consumers.deliver).
+        message = errors.message(outcome.error)
         error = {"type": "error", "turn_id": turn.turn_id, "code": outcome.error, "message": message}
         await _send_quietly(turn, error)
+    calls = [call for rnd in loop.rounds for call in rnd.tool_calls]
     ended = {
         "type": "turn.ended",
         "turn_id": turn.turn_id,
@@ -247,11 +236,23 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
         "generations": len(loop.rounds),
         "usage": usage,
         # Beyond the contract: the articles the answer used, for the visitor.
-        "sources": used_articles(loop.text, search_results(call for rnd in loop.rounds for call in rnd.tool_calls)),
+        "sources": used_articles(loop.text, search_results(calls)),
         # Beyond the contract: why an interrupted turn stopped.
         **({"reason": reason} if reason else {}),
+        # Beyond the contract: the request for a person that the turn made.
+        **({"handoff": handoff} if (handoff := _handoff_requested(calls)) else {}),
     }
     await _send_quietly(turn, ended)
+
+
+def _handoff_requested(calls: list[Any]) -> dict[str, Any] | None:
+    """The request for a person made by the turn's request_human, as the
+    visitor's page shows it (services.handoff_state)."""
+    for call in reversed(calls):
+        result = call.result
+        if call.name == REQUEST_HUMAN.name and isinstance(result, dict) and "handoff_id" in result:
+            return {key: result[key] for key in ("handoff_id", "status", "email")}
+    return None
 
 
 def _count(turn: _Turn, outcome: Outcome) -> None:

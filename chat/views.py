@@ -2,8 +2,10 @@ from django.shortcuts import get_object_or_404, render
 from django.utils.cache import patch_cache_control
 from django.views.decorators.clickjacking import xframe_options_exempt
 
-from chat import embed, services
+from chat import embed, help_center, services, tools
 from chat.models import HelpArticle
+
+HELP_QUERY_CHARS = 200
 
 # Defence in depth for pages that show model text: even if markup slipped
 # through the renderer, no inline script or foreign resource would load.
@@ -61,3 +63,16 @@ def embed_page(request):
 def help_article(request, slug: str):
     article = get_object_or_404(HelpArticle, slug=slug, published=True)
     return _with_policy(request, render(request, "chat/help_article.html", {"article": article}))
+
+
+def help_index(request):
+    """The help center for visitors: every published article, or those that
+    answer a search (the assistant's own search, relevance floor included)."""
+    query = request.GET.get("q", "").strip()[:HELP_QUERY_CHARS]
+    snapshot = help_center.current_sync()
+    if query:
+        articles = tools.search_in(snapshot, query)["articles"]
+    else:
+        articles = [{"title": d.title, "url": d.url} for d in sorted(snapshot.index.documents, key=lambda d: d.title)]
+    context = {"query": query, "articles": articles}
+    return _with_policy(request, render(request, "chat/help_index.html", context))

@@ -27,10 +27,13 @@ class Visitor:
     hash: str  # of their key: see hash_key
     address: str | None
     network: str  # see network_of
+    # The page they chat from: a customer's page embedding the widget, or ""
+    # for the chat page (see chat.consumers._source_page).
+    page: str = ""
 
     @classmethod
-    def of(cls, visitor_hash: str, address: str | None) -> Visitor:
-        return cls(visitor_hash, address, network_of(address))
+    def of(cls, visitor_hash: str, address: str | None, page: str = "") -> Visitor:
+        return cls(visitor_hash, address, network_of(address), page)
 
 
 def hash_key(key: str) -> str:

@@ -259,6 +259,28 @@ KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
 # How often a process checks whether another one changed the help center
 # (its own changes show at once); see chat/help_center.py.
 KOOKEE_HELP_CENTER_RECHECK_SECONDS = env.float("KOOKEE_HELP_CENTER_RECHECK_SECONDS", default=5.0)
+# Handoff to a person (chat/handoffs.py). Support is emailed at these
+# addresses (default: every active member of the Support group with one),
+# and the webhook, if set, gets a signed JSON POST, with a timeout per
+# attempt and retries backing off from KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS.
+# New requests per network per hour are capped: each one mails Support.
+KOOKEE_HANDOFF_EMAILS = [a.strip() for a in env.list("KOOKEE_HANDOFF_EMAILS", default=[]) if a.strip()]
+KOOKEE_HANDOFF_WEBHOOK = env("KOOKEE_HANDOFF_WEBHOOK", default="")
+if KOOKEE_HANDOFF_WEBHOOK and not re.match(r"https?://[^\s/]+", KOOKEE_HANDOFF_WEBHOOK):
+    raise ImproperlyConfigured("KOOKEE_HANDOFF_WEBHOOK must be an http(s) URL.")
+KOOKEE_HANDOFF_WEBHOOK_SECRET = env("KOOKEE_HANDOFF_WEBHOOK_SECRET", default="")
+KOOKEE_HANDOFF_WEBHOOK_TIMEOUT = env.float("KOOKEE_HANDOFF_WEBHOOK_TIMEOUT", default=5.0)
+KOOKEE_HANDOFF_WEBHOOK_RETRIES = env.int("KOOKEE_HANDOFF_WEBHOOK_RETRIES", default=3)
+KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS = env.float("KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS", default=2.0)
+KOOKEE_HANDOFFS_PER_HOUR_PER_NETWORK = env.int("KOOKEE_HANDOFFS_PER_HOUR_PER_NETWORK", default=5)
+# This site's address, for the links in Support's emails and webhooks
+# (https://chat.example.com); unset, they are paths.
+KOOKEE_SITE_URL = env("KOOKEE_SITE_URL", default="")
+# Email (Support's handoff notices): an EMAIL_URL such as
+# smtp+tls://user:password@smtp.example.com:587; the console by default.
+vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="Kookee chat <kookee@localhost>")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
 # Pace of the offline model: tokens per second and delay before the first one.
 KOOKEE_OFFLINE_TOKENS_PER_SECOND = env.float("KOOKEE_OFFLINE_TOKENS_PER_SECOND", default=40.0)
 KOOKEE_OFFLINE_FIRST_TOKEN_MS = env.int("KOOKEE_OFFLINE_FIRST_TOKEN_MS", default=300)

@@ -11,6 +11,7 @@ admin.site.index_title = "Support and finance"
 urlpatterns = [
     path("", views.index, name="index"),
     path("embed/", views.embed_page, name="embed"),
+    path("help/", views.help_index, name="help-index"),
     path("help/<slug:slug>/", views.help_article, name="help-article"),
     path("admin/", admin.site.urls),
     # The operator's: the load balancer's check, and each process's metrics.

@@ -19,6 +19,13 @@ const button = document.getElementById("send");
 const restartButton = document.getElementById("restart");
 const confirmRestart = document.getElementById("confirm-restart");
 const connection = document.getElementById("connection");
+const personButton = document.getElementById("person");
+const askPerson = document.getElementById("ask-person");
+const askPersonForm = document.getElementById("ask-person-form");
+const askPersonError = document.getElementById("ask-person-error");
+const handoffNotice = document.getElementById("handoff-notice");
+const handoffText = document.getElementById("handoff-text");
+const handoffEmail = document.getElementById("handoff-email");
 const embedded = root.dataset.embedded === "true";
 
 const TOOL_LABELS = { search_help_center: "Searching the help center…" };
@@ -39,6 +46,8 @@ const SAID_EVEN_IF_DROPPED = new Set(["stopped", "shutdown"]);
 // The errors a `feedback` frame can get (they carry its turn_id, as a failed
 // turn's error does: told apart by code).
 const RATING_ERRORS = new Set(["not_found", "bad_feedback"]);
+// The errors a `handoff` frame can get.
+const HANDOFF_ERRORS = new Set(["bad_handoff", "handoff_rate_limited"]);
 const COMMENT_CHARS = 1000;
 const STILL_WRITING = "This answer was still being written when we last heard from the server. Checking again…";
 const MAX_BACKOFF_MS = 10000;
@@ -69,6 +78,7 @@ let recheck = null; // timer: a dropped answer the server had not closed yet
 let held = []; // turn frames that came before this socket's first history: applied after it
 let looked = false; // this socket's history has answered once already
 let loadingEarlier = false;
+let handoff = null; // the conversation's request for a person, waiting: {handoff_id, status, email}
 const views = new Map(); // turn id -> the turn on screen
 
 // --- the widget's visitor ------------------------------------------------------------------
@@ -79,11 +89,16 @@ const views = new Map(); // turn id -> the turn on screen
 // Only a frame takes it: frame-ancestors (CSP) has vetted its parent, while
 // anyone can send a link to /embed/#token=THEIRS, to have a victim chat in a
 // conversation they can read (fixation). The page's own token is fresh.
+// The script also says which page of the customer's site the visitor is
+// on, for Support (the server keeps it only from a site allowed to embed us).
 const framed = window.parent !== window;
 let token = null;
 let spare = null; // a fresh token not yet used, for when ours is refused
+let page = null; // the host page, when framed
 if (embedded) {
-  const given = framed ? new URLSearchParams(location.hash.slice(1)).get("token") : null;
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const given = framed ? fragment.get("token") : null;
+  page = framed ? fragment.get("page") : null;
   spare = given ? root.dataset.token : null;
   keepToken(given || root.dataset.token);
 }
@@ -93,7 +108,9 @@ function keepToken(value) {
   if (framed) {
     window.parent.postMessage({ type: "kookee:token", token }, "*");
     // A reload of the frame picks up the current token, not the first one.
-    history.replaceState(null, "", `#token=${encodeURIComponent(token)}`);
+    const fragment = new URLSearchParams({ token });
+    if (page) fragment.set("page", page);
+    history.replaceState(null, "", `#${fragment}`);
   } else {
     history.replaceState(null, "", location.pathname); // no token in a link someone might share
   }
@@ -402,6 +419,7 @@ function clearLog() {
   log.querySelectorAll(".message").forEach((item) => item.remove());
   log.append(empty);
   setMore(false);
+  showHandoff(null);
 }
 
 // History comes in pages, the latest first: older ones on request.
@@ -431,6 +449,41 @@ function showEarlier(page) {
   log.scrollTop = log.scrollHeight - fromBottom;
 }
 
+// --- talk to a person ---------------------------------------------------------------------
+
+// The request for a person, once received: said under the conversation
+// until Support closes it, with a form for an email to reply to.
+function showHandoff(state) {
+  handoff = state || null;
+  handoffNotice.hidden = !handoff;
+  if (!handoff) return;
+  if (handoff.status === "claimed") handoffText.textContent = "A person from our support team has your request and will get back to you.";
+  else if (handoff.email) handoffText.textContent = "Your request for a person was received. Someone from our support team will reply by email.";
+  else handoffText.textContent = "Your request for a person was received. Someone from our support team will get back to you.";
+  handoffEmail.hidden = Boolean(handoff.email);
+}
+
+personButton.addEventListener("click", () => {
+  askPersonError.textContent = "";
+  askPerson.showModal();
+  document.getElementById("ask-person-reason").focus();
+});
+askPerson.addEventListener("click", (event) => {
+  if (event.target.closest("button")?.value === "cancel") askPerson.close();
+});
+askPersonForm.addEventListener("submit", (event) => {
+  event.preventDefault(); // the dialog stays open until the server has the request
+  askPersonError.textContent = "";
+  const reason = document.getElementById("ask-person-reason").value.trim();
+  const email = document.getElementById("ask-person-email").value.trim();
+  sendSoon({ type: "handoff", reason, email });
+});
+handoffEmail.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const email = document.getElementById("handoff-email-input").value.trim();
+  if (email) sendSoon({ type: "handoff", email });
+});
+
 // --- controls ------------------------------------------------------------------------------
 
 function updateControls() {
@@ -442,6 +495,7 @@ function updateControls() {
   button.setAttribute("aria-label", streaming ? "Stop the answer" : "Send your question");
   button.disabled = !usable || (!streaming && pending !== null);
   restartButton.disabled = !usable || views.size === 0;
+  personButton.disabled = !usable;
   // Retry and Continue ask again: not while a turn runs, in any tab.
   for (const again of log.querySelectorAll(".message__retry")) again.disabled = !canAsk();
 }
@@ -512,6 +566,11 @@ const handlers = {
     if (view) showTool(view, frame.name, frame.status);
   },
   error: (frame) => {
+    if (HANDOFF_ERRORS.has(frame.code)) {
+      if (askPerson.open) askPersonError.textContent = frame.message;
+      else setConnection(frame.message, "open");
+      return;
+    }
     if (RATING_ERRORS.has(frame.code)) {
       const view = views.get(frame.turn_id);
       if (view?.rating) view.rating.status.textContent = "Your rating could not be saved.";
@@ -539,6 +598,12 @@ const handlers = {
       send({ type: "history" });
     }
   },
+  "handoff.saved": (frame) => {
+    if (askPerson.open) askPerson.close();
+    askPersonForm.reset();
+    handoffEmail.reset();
+    showHandoff(frame);
+  },
   "feedback.saved": (frame) => {
     const view = views.get(frame.turn_id);
     if (view) ratingSaved(view);
@@ -553,6 +618,7 @@ const handlers = {
       return;
     }
     finish(view, { status: frame.status, sources: frame.sources, message: view.message, reason: frame.reason });
+    if (frame.handoff) showHandoff(frame.handoff); // the assistant asked for a person
     updateControls();
     if (document.activeElement === button || document.activeElement === document.body) input.focus();
   },
@@ -577,6 +643,7 @@ function reconcile(page, again = false) {
   // rather than leave a hole. (On a first look, the log is empty anyway.)
   if (!reaches) clearLog();
   if (views.size === 0) setMore(page.more);
+  if ("handoff" in page) showHandoff(page.handoff);
   const oldest = oldestTurnId();
   let stillStreaming = false;
   for (const turn of page.turns) {
@@ -626,6 +693,7 @@ function socketUrl() {
   const url = new URL(root.dataset.socket, location.href);
   url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
   if (token) url.searchParams.set("token", token);
+  if (page) url.searchParams.set("page", page);
   return url.href;
 }
 

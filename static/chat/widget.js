@@ -78,9 +78,13 @@
       // Loaded on first open: a page view alone costs the server nothing.
       frame = document.createElement("iframe");
       frame.title = "Kookee help chat";
+      // In the fragment: the browser never sends it to a server. The page
+      // (origin and path, no query) tells Support where the visitor was.
+      const fragment = new URLSearchParams();
       const token = storage.get();
-      // In the fragment: the browser never sends it to a server.
-      frame.src = `${origin}/embed/${token ? `#token=${encodeURIComponent(token)}` : ""}`;
+      if (token) fragment.set("token", token);
+      fragment.set("page", location.origin + location.pathname);
+      frame.src = `${origin}/embed/#${fragment}`;
       panel.append(frame);
     }
     panel.hidden = !open;

@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from django.core.management import call_command
 from django.db import connection
 
-from chat import help_center, services
+from chat import help_center, prompt
 from chat.models import HelpArticle
 from chat.tools import SEARCH_HELP_CENTER, search_help_center_sync
 
@@ -87,7 +87,8 @@ def test_a_fresh_snapshot_costs_no_query(articles, django_assert_num_queries):
 def test_an_empty_help_center(db):
     snapshot = help_center.current_sync()
     assert (snapshot.titles, snapshot.index.rank("anything")) == ([], [])
-    assert search_help_center_sync("widget") == {"articles": []}
+    found = search_help_center_sync("widget")
+    assert (found["articles"], found["no_good_match"], found["top_score"]) == ([], True, None)
     add("Install the widget", "Paste it.")
     assert found_titles("widget") == ["Install the widget"]
 
@@ -129,13 +130,13 @@ def test_a_queryset_delete_is_seen_at_once(articles):
 
 def test_unpublishing_removes_it_from_search_and_the_system_prompt(articles):
     assert found_titles("refund") == ["Refund policy"]
-    assert "- Refund policy" in services._system_prompt()
+    assert "- Refund policy" in prompt.system_prompt()
     article = articles["refunds"]
     article.published = False
     article.save()
     assert found_titles("refund") == []
-    assert "Refund policy" not in services._system_prompt()
-    assert "- Install the widget" in services._system_prompt()
+    assert "Refund policy" not in prompt.system_prompt()
+    assert "- Install the widget" in prompt.system_prompt()
 
 
 def test_publishing_a_draft_adds_it(articles):
@@ -144,7 +145,7 @@ def test_publishing_a_draft_adds_it(articles):
     draft.published = True
     draft.save()
     assert found_titles("quantum") == ["Secret roadmap"]
-    assert "- Secret roadmap" in services._system_prompt()
+    assert "- Secret roadmap" in prompt.system_prompt()
 
 
 # --- changes made by another process: seen after the recheck interval ---------------------------
@@ -155,14 +156,14 @@ def test_a_change_behind_the_orms_back_waits_for_the_recheck(articles, settings)
     behind_the_orms_back(articles["widget"], title="Embed the widget")
     assert help_center.current_sync() is before
     assert found_titles("widget") == ["Install the widget"]
-    assert "- Install the widget" in services._system_prompt()
+    assert "- Install the widget" in prompt.system_prompt()
 
     settings.KOOKEE_HELP_CENTER_RECHECK_SECONDS = 0
     after = help_center.current_sync()
     assert after is not before
     assert found_titles("widget") == ["Embed the widget"]
-    assert "- Embed the widget" in services._system_prompt()
-    assert "Install the widget" not in services._system_prompt()
+    assert "- Embed the widget" in prompt.system_prompt()
+    assert "Install the widget" not in prompt.system_prompt()
 
 
 def test_the_recheck_is_due_exactly_after_the_interval(articles, settings, clock, django_assert_num_queries):
@@ -199,7 +200,7 @@ def test_unpublished_behind_the_orms_back(articles, settings):
     assert found_titles("refund") == ["Refund policy"]
     settings.KOOKEE_HELP_CENTER_RECHECK_SECONDS = 0
     assert found_titles("refund") == []
-    assert "Refund policy" not in services._system_prompt()
+    assert "Refund policy" not in prompt.system_prompt()
 
 
 def test_deleted_behind_the_orms_back(articles, settings):
@@ -306,4 +307,4 @@ def test_published_behind_the_orms_back(articles, settings):
     assert found_titles("quantum") == []
     settings.KOOKEE_HELP_CENTER_RECHECK_SECONDS = 0
     assert found_titles("quantum") == ["Secret roadmap"]
-    assert "- Secret roadmap" in services._system_prompt()
+    assert "- Secret roadmap" in prompt.system_prompt()

@@ -125,6 +125,6 @@ async def test_the_stream_stops_generating_when_the_client_closes():
 
 
 def test_answers_only_from_tools_when_tools_are_refused():
-    reply = offline.respond([{"role": "user", "content": "How do I export data?"}], True, "none")
+    reply = offline.respond([{"role": "user", "content": "How do I export data?"}], ["search_help_center"], "none")
     assert reply.queries == []
     assert reply.text == offline.NO_TOOLS_ANSWER

@@ -58,7 +58,7 @@ def test_the_demo_help_center_is_big_enough(help_center):
 
 def test_results_carry_id_title_url_and_a_snippet(help_center):
     [first, *_] = search_help_center_sync("install the widget script tag")["articles"]
-    assert set(first) == {"id", "title", "url", "snippet"}
+    assert set(first) == {"id", "title", "url", "snippet", "score"}
     article = HelpArticle.objects.get(pk=first["id"])
     assert (first["title"], first["url"]) == (article.title, article.get_absolute_url())
     assert 0 < len(first["snippet"]) <= 281

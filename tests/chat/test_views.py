@@ -98,7 +98,7 @@ def test_a_revoked_session_gets_a_new_key_and_keeps_its_data(client):
     new = client.cookies["sessionid"].value
     assert new != old
     assert client.session["kept"] == "yes"
-    assert embedded_history(response) == {"turns": [], "more": False}
+    assert embedded_history(response) == {"turns": [], "more": False, "handoff": None}
     assert not Session.objects.filter(session_key=old).exists()
 
 
@@ -194,7 +194,7 @@ def test_the_embedded_history_cannot_break_out_of_its_script(client):
 
 
 def test_an_empty_conversation_embeds_an_empty_history(client):
-    assert embedded_history(client.get("/")) == {"turns": [], "more": False}
+    assert embedded_history(client.get("/")) == {"turns": [], "more": False, "handoff": None}
 
 
 def test_the_page_embeds_only_the_latest_page_of_history(client, settings):

@@ -1,0 +1,267 @@
+"""Handoff to a person: a visitor's request (the page's "Talk to a person",
+or the model's request_human tool) lands in Support's queue in the admin,
+and Support is told by email and, when configured, by a webhook.
+
+The request is stored first, in one transaction; telling Support happens
+afterwards in a task of its own, with timeouts and retries, so that a slow
+mail server or webhook receiver never holds up a turn or a frame. The queue
+is the record: what was and was not delivered is shown on each request.
+
+The webhook's payload (docs/operations.md, "Handoff to a person"):
+
+    {"event": "handoff.requested",
+     "handoff": {"id", "source", "reason", "email", "created_at", "admin_url",
+                 "conversation": {"id", "source_url", "admin_url", "last_question"}}}
+
+signed with KOOKEE_HANDOFF_WEBHOOK_SECRET, when set, in
+`X-Kookee-Signature: sha256=<hex HMAC of the body>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+import httpx2
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone, translation
+from django.utils.translation import gettext as _
+
+from chat import services
+from chat.limits import LimitReached
+from chat.models import Conversation, Handoff, Turn
+from chat.visitors import Visitor
+
+logger = logging.getLogger("kookee.handoffs")
+
+REASON_CHARS = 500
+# Statuses after which a webhook is not worth trying again.
+PERMANENT_FAILURES = range(400, 500)
+RETRYABLE_CLIENT_ERRORS = {408, 409, 425, 429}
+
+
+async def request_by_visitor(
+    visitor: Visitor, conversation_id: int | None, reason: str, email: str
+) -> tuple[int, dict[str, Any]]:
+    """The visitor's "Talk to a person": a request for their conversation
+    (started now if they have not asked anything yet). Returns the
+    conversation's id and the request as their page shows it
+    (services.handoff_state). Raises services.Refused (their key no longer
+    reaches the conversation) or LimitReached."""
+    conversation_id, handoff, created = await database_sync_to_async(_request_by_visitor)(
+        visitor, conversation_id, reason, email
+    )
+    if created:
+        notify_soon(handoff.id)
+    return conversation_id, services.handoff_state(handoff)
+
+
+async def request_for_turn(turn_id: int, reason: str) -> dict[str, Any]:
+    """The model's request_human, during a turn: the request as the
+    visitor's page shows it."""
+    handoff, created = await database_sync_to_async(_request_for_turn)(turn_id, reason)
+    if created:
+        notify_soon(handoff.id)
+    return services.handoff_state(handoff)
+
+
+@transaction.atomic
+def _request_by_visitor(
+    visitor: Visitor, conversation_id: int | None, reason: str, email: str
+) -> tuple[int, Handoff, bool]:
+    conversation = services.conversation_for(visitor, conversation_id)
+    latest = conversation.turns.order_by("-started_at", "-id").values_list("id", flat=True).first()
+    return (conversation.id, *_request(conversation, Handoff.Source.VISITOR, reason, email, latest, visitor.network))
+
+
+@transaction.atomic
+def _request_for_turn(turn_id: int, reason: str) -> tuple[Handoff, bool]:
+    turn = Turn.objects.select_related("conversation").only("client_network", "conversation").get(pk=turn_id)
+    return _request(turn.conversation, Handoff.Source.ASSISTANT, reason, "", turn_id, turn.client_network)
+
+
+def _request(
+    conversation: Conversation, source: str, reason: str, email: str, turn_id: int | None, network: str
+) -> tuple[Handoff, bool]:
+    """A new request, or what was asked added to the conversation's pending
+    one; and whether it is new."""
+    reason = " ".join(reason.split())[:REASON_CHARS]
+    pending = Handoff.objects.select_for_update().filter(conversation=conversation, status__in=Handoff.PENDING).first()
+    if pending is None:
+        _check_rate(network)
+        try:
+            with transaction.atomic():  # a savepoint: a racing request may have won
+                handoff = Handoff.objects.create(
+                    conversation=conversation,
+                    turn_id=turn_id,
+                    source=source,
+                    reason=reason,
+                    email=email,
+                    client_network=network,
+                    email_status=Handoff.Delivery.PENDING if _recipients() else Handoff.Delivery.NONE,
+                    webhook_status=Handoff.Delivery.PENDING if settings.KOOKEE_HANDOFF_WEBHOOK else "",
+                )
+            logger.info("handoff=%s requested by the %s in conversation=%s", handoff.id, source, conversation.id)
+            return handoff, True
+        except IntegrityError:
+            pending = Handoff.objects.select_for_update().get(conversation=conversation, status__in=Handoff.PENDING)
+    changed = []
+    if email and email != pending.email:
+        pending.email = email
+        changed.append("email")
+    if reason and reason not in pending.reason:
+        pending.reason = f"{pending.reason}\n{reason}".strip()[: REASON_CHARS * 4]
+        changed.append("reason")
+    if changed:
+        pending.save(update_fields=changed)
+    return pending, False
+
+
+def _check_rate(network: str) -> None:
+    """New requests per network per hour: each one mails Support."""
+    if not network:
+        return
+    hour_ago = timezone.now() - timedelta(hours=1)
+    if (
+        Handoff.objects.filter(client_network=network, created_at__gte=hour_ago).count()
+        >= settings.KOOKEE_HANDOFFS_PER_HOUR_PER_NETWORK
+    ):
+        raise LimitReached("handoff_rate_limited")
+
+
+# --- telling Support --------------------------------------------------------------------------
+
+# Notifications in flight: referenced so that they are not collected, and
+# awaited (briefly) at shutdown.
+tasks: set[asyncio.Task] = set()
+
+
+def notify_soon(handoff_id: int) -> None:
+    """Tells Support of a new request, in the background."""
+    task = asyncio.get_running_loop().create_task(notify(handoff_id))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
+async def notify(handoff_id: int) -> None:
+    """Emails Support and calls the webhook; records how each went."""
+    notice = await database_sync_to_async(_notice)(handoff_id)
+    await asyncio.gather(_email(handoff_id, notice), _webhook(handoff_id, notice))
+
+
+def _notice(handoff_id: int) -> dict[str, Any]:
+    handoff = Handoff.objects.select_related("conversation").get(pk=handoff_id)
+    conversation = handoff.conversation
+    last_question = conversation.turns.order_by("-started_at", "-id").values_list("user_text", flat=True).first() or ""
+    return {
+        "id": handoff.id,
+        "source": handoff.source,
+        "reason": handoff.reason,
+        "email": handoff.email,
+        "created_at": handoff.created_at.isoformat(),
+        "admin_url": _absolute(reverse("admin:chat_handoff_change", args=[handoff.id])),
+        "conversation": {
+            "id": str(conversation.public_id),
+            "source_url": conversation.source_url,
+            "admin_url": _absolute(reverse("admin:chat_conversation_change", args=[conversation.id])),
+            "last_question": last_question,
+        },
+        "recipients": _recipients() if handoff.email_status == Handoff.Delivery.PENDING else [],
+        "webhook": handoff.webhook_status == Handoff.Delivery.PENDING,
+    }
+
+
+def _recipients() -> list[str]:
+    """KOOKEE_HANDOFF_EMAILS, or else every active member of Support with an address."""
+    if settings.KOOKEE_HANDOFF_EMAILS:
+        return list(settings.KOOKEE_HANDOFF_EMAILS)
+    users = get_user_model().objects.filter(is_active=True, groups__name="Support").exclude(email="")
+    return sorted(set(users.values_list("email", flat=True)))
+
+
+def _absolute(path: str) -> str:
+    return settings.KOOKEE_SITE_URL.rstrip("/") + path if settings.KOOKEE_SITE_URL else path
+
+
+async def _email(handoff_id: int, notice: dict[str, Any]) -> None:
+    if not notice["recipients"]:
+        return
+    subject, body = _message(notice)
+    try:
+        # A thread of its own: SMTP can take seconds, and must not hold the
+        # database thread that every turn of the process shares.
+        await sync_to_async(send_mail, thread_sensitive=False)(
+            subject, body, None, notice["recipients"], fail_silently=False
+        )
+        status = Handoff.Delivery.SENT
+    except Exception:
+        logger.exception("handoff=%s: the email to Support failed", handoff_id)
+        status = Handoff.Delivery.FAILED
+    await database_sync_to_async(_record)(handoff_id, email_status=status)
+
+
+def _message(notice: dict[str, Any]) -> tuple[str, str]:
+    # Staff read it: in the site's language, whoever the visitor is.
+    with translation.override(settings.LANGUAGE_CODE):
+        conversation = notice["conversation"]
+        lines = [
+            _("A visitor asked to talk to a person.")
+            if notice["source"] == Handoff.Source.VISITOR
+            else _("The assistant handed a conversation over to a person."),
+            "",
+            _("Reason: %(reason)s") % {"reason": notice["reason"] or "-"},
+            _("Visitor's email: %(email)s") % {"email": notice["email"] or _("not given")},
+            _("Last question: %(question)s") % {"question": conversation["last_question"] or "-"},
+            _("From: %(page)s") % {"page": conversation["source_url"] or _("the chat page")},
+            "",
+            _("Claim it in the queue: %(url)s") % {"url": notice["admin_url"]},
+            _("Read the conversation: %(url)s") % {"url": conversation["admin_url"]},
+        ]
+        return _("Kookee chat: a visitor asks for a person (#%(id)s)") % {"id": notice["id"]}, "\n".join(lines)
+
+
+async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
+    if not notice["webhook"] or not settings.KOOKEE_HANDOFF_WEBHOOK:
+        return
+    payload = {key: value for key, value in notice.items() if key not in ("recipients", "webhook")}
+    body = json.dumps({"event": "handoff.requested", "handoff": payload}).encode()
+    headers = {"Content-Type": "application/json", "User-Agent": "Kookee-chat"}
+    if settings.KOOKEE_HANDOFF_WEBHOOK_SECRET:
+        digest = hmac.new(settings.KOOKEE_HANDOFF_WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+        headers["X-Kookee-Signature"] = f"sha256={digest}"
+    attempts, delivered = 0, False
+    async with httpx2.AsyncClient(timeout=settings.KOOKEE_HANDOFF_WEBHOOK_TIMEOUT) as client:
+        for attempt in range(settings.KOOKEE_HANDOFF_WEBHOOK_RETRIES + 1):
+            if attempt:
+                await asyncio.sleep(settings.KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS * 2 ** (attempt - 1))
+            attempts += 1
+            try:
+                response = await client.post(settings.KOOKEE_HANDOFF_WEBHOOK, content=body, headers=headers)
+            except httpx2.HTTPError as exc:
+                logger.warning("handoff=%s: webhook attempt %s failed: %s", handoff_id, attempts, type(exc).__name__)
+                continue
+            if response.is_success:
+                delivered = True
+                break
+            logger.warning("handoff=%s: webhook attempt %s got HTTP %s", handoff_id, attempts, response.status_code)
+            if response.status_code in PERMANENT_FAILURES and response.status_code not in RETRYABLE_CLIENT_ERRORS:
+                break
+    status = Handoff.Delivery.SENT if delivered else Handoff.Delivery.FAILED
+    if not delivered:
+        logger.error("handoff=%s: the webhook was not delivered after %s attempt(s)", handoff_id, attempts)
+    await database_sync_to_async(_record)(handoff_id, webhook_status=status, webhook_attempts=attempts)
+
+
+def _record(handoff_id: int, **fields: Any) -> None:
+    Handoff.objects.filter(pk=handoff_id).update(**fields)
