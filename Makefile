@@ -7,7 +7,7 @@ SERVER ?= daphne
 SERVE_daphne = $(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
 SERVE_uvicorn = $(VENV)/bin/uvicorn --host $(HOST) --port $(PORT) --lifespan on --no-access-log kookee.asgi:application
 
-.PHONY: run superuser test format bench load clean chromium screenshots
+.PHONY: run superuser test format bench load clean chromium screenshots messages compilemessages gettext
 
 $(VENV)/installed: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,7 +18,7 @@ $(VENV)/installed: requirements.txt
 # Local use: DEBUG on (the settings make a local secret in .secret_key).
 # Production never runs this: see docs/operations.md.
 run: export DJANGO_DEBUG ?= true
-run: $(VENV)/installed
+run: $(VENV)/installed compilemessages
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_demo_help_center
 	$(PY) manage.py collectstatic --noinput -v0
@@ -31,7 +31,7 @@ superuser: $(VENV)/installed
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py createsuperuser
 
-test: $(VENV)/installed chromium
+test: $(VENV)/installed chromium compilemessages
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest
@@ -45,9 +45,33 @@ chromium:
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; }; } || \
 	  echo "note: no /usr/bin/chromium (apt-get install chromium): the browser tests will be skipped"
 
+# Translations (locale/): `make messages` finds the strings to translate in
+# the code, templates and scripts, and adds the new ones to the .po files
+# (tests/test_translations.py fails while one has no translation);
+# `compilemessages` builds the .mo files that Django reads (run and test do).
+MAKEMESSAGES = $(PY) manage.py makemessages -l pt_BR --add-location=file --no-obsolete \
+	-i .venv -i staticfiles -i bench -i tests -i docs -i locale
+messages: export DJANGO_DEBUG ?= true
+messages: $(VENV)/installed gettext
+	$(MAKEMESSAGES) -d django
+	$(MAKEMESSAGES) -d djangojs
+	$(MAKE) compilemessages
+
+compilemessages: export DJANGO_DEBUG ?= true
+compilemessages: $(VENV)/installed gettext
+	$(PY) manage.py compilemessages -l pt_BR -i .venv -i staticfiles -i bench -v0
+
+# GNU gettext (msgfmt, xgettext), which Django's message commands run:
+# installed from Debian's packages when missing and this user may.
+gettext:
+	@command -v msgfmt >/dev/null || { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gettext >/dev/null 2>&1 || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gettext >/dev/null; }; }; } || \
+	  { echo "GNU gettext is needed (apt-get install gettext)"; exit 1; }
+
 # The README's screenshots, from the browser tests' own scenes.
-screenshots: $(VENV)/installed chromium
-	KOOKEE_SCREENSHOTS_DIR=docs/screenshots $(VENV)/bin/pytest -q tests/e2e/test_screenshots.py
+screenshots: $(VENV)/installed chromium compilemessages
+	KOOKEE_SCREENSHOTS_DIR=docs/screenshots $(VENV)/bin/pytest -q tests/e2e/test_screenshots.py tests/e2e/test_admin_pages.py
 
 format: $(VENV)/installed
 	$(VENV)/bin/ruff check --fix .
@@ -55,6 +79,7 @@ format: $(VENV)/installed
 
 clean:
 	rm -rf $(VENV) db.sqlite3 .pytest_cache .secret_key
+	find locale -name '*.mo' -delete
 
 # Benches and the load test serve the app as `make run` does (DEBUG on, a local
 # secret); the performance benches (bench/harness.py) serve it as production

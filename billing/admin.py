@@ -22,6 +22,8 @@ from django.utils import formats, timezone
 from django.utils.dateparse import parse_date
 from django.utils.html import format_html
 from django.utils.http import urlencode
+from django.utils.translation import gettext, gettext_noop, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from billing import calibration, charts, days, exports, reports
 from billing.models import Calibration, LedgerEntry, Price
@@ -59,7 +61,8 @@ class DateRangeFilter(admin.FieldListFilter):
             return None
         day = parse_date(value) if len(value) == 10 else None
         if day is None:
-            raise IncorrectLookupParameters(f"{param}: {value!r} is not a date (YYYY-MM-DD).")
+            message = gettext("%(param)s: %(value)s is not a date (YYYY-MM-DD).")
+            raise IncorrectLookupParameters(message % {"param": param, "value": repr(value)})
         return day
 
     def expected_parameters(self) -> list[str]:
@@ -81,13 +84,13 @@ class DateRangeFilter(admin.FieldListFilter):
         month_start = today.replace(day=1)
         last_month_end = month_start - timedelta(days=1)
         return [
-            ("Any date", None, None),
-            ("Today", today, today),
-            ("Last 7 days", today - timedelta(days=6), today),
-            ("Last 30 days", today - timedelta(days=CHART_DAYS - 1), today),
-            ("This month", month_start, today),
-            ("Last month", last_month_end.replace(day=1), last_month_end),
-            ("This year", today.replace(month=1, day=1), today),
+            (gettext("Any date"), None, None),
+            (gettext("Today"), today, today),
+            (gettext("Last 7 days"), today - timedelta(days=6), today),
+            (gettext("Last 30 days"), today - timedelta(days=CHART_DAYS - 1), today),
+            (gettext("This month"), month_start, today),
+            (gettext("Last month"), last_month_end.replace(day=1), last_month_end),
+            (gettext("This year"), today.replace(month=1, day=1), today),
         ]
 
     def choices(self, changelist):
@@ -103,15 +106,15 @@ class DateRangeFilter(admin.FieldListFilter):
 class TurnStatusFilter(admin.ChoicesFieldListFilter):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.title = "turn status"
+        self.title = gettext("turn status")
 
 
 class PricedFilter(admin.SimpleListFilter):
-    title = "price"
+    title = _("price")
     parameter_name = "priced"
 
     def lookups(self, request, model_admin):
-        return [("yes", "Priced"), ("no", "Unpriced")]
+        return [("yes", gettext("Priced")), ("no", gettext("Unpriced"))]
 
     def queryset(self, request, queryset):
         if self.value() in ("yes", "no"):
@@ -140,10 +143,12 @@ def warn_unpriced(request: HttpRequest, admin_site) -> None:
         messages.warning(
             request,
             format_html(
-                "No price in force for {}: their turns are recorded as unpriced (no cost). "
-                '<a href="{}">Add a price</a>.',
-                ", ".join(models),
-                prices,
+                gettext(
+                    "No price in force for {models}: their turns are recorded as unpriced (no cost). "
+                    '<a href="{url}">Add a price</a>.'
+                ),
+                models=", ".join(models),
+                url=prices,
             ),
         )
 
@@ -200,52 +205,62 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         status = turns.filter(pk=OuterRef("turn_id")).order_by().values("status")[:1]
         return super().get_queryset(request).annotate(turn_status=Subquery(status))
 
-    @admin.display(description="date", ordering="created_at")
+    @admin.display(description=_("date"), ordering="created_at")
     def created(self, entry: LedgerEntry) -> str:
         return formats.date_format(timezone.localtime(entry.created_at, days.zone()), "Y-m-d H:i:s")
 
-    @admin.display(description="turn", ordering="turn_id")
+    @admin.display(description=_("turn"), ordering="turn_id")
     def turn_number(self, entry: LedgerEntry) -> int:
         return entry.turn_id
 
-    @admin.display(description="input tokens", ordering="input_tokens")
+    @admin.display(description=_("input tokens"), ordering="input_tokens")
     def input(self, entry: LedgerEntry) -> str:
         return grouped(entry.input_tokens)
 
-    @admin.display(description="cached input", ordering="cached_input_tokens")
+    @admin.display(description=_("cached input"), ordering="cached_input_tokens")
     def cached(self, entry: LedgerEntry) -> str:
         return grouped(entry.cached_input_tokens)
 
-    @admin.display(description="output tokens", ordering="output_tokens")
+    @admin.display(description=_("output tokens"), ordering="output_tokens")
     def output(self, entry: LedgerEntry) -> str:
         return grouped(entry.output_tokens)
 
-    @admin.display(description="reasoning", ordering="reasoning_tokens")
+    @admin.display(description=_("reasoning"), ordering="reasoning_tokens")
     def reasoning(self, entry: LedgerEntry) -> str:
         return grouped(entry.reasoning_tokens)
 
-    @admin.display(description="cost (USD)", ordering="cost")
+    @admin.display(description=_("cost (USD)"), ordering="cost")
     def usd(self, entry: LedgerEntry) -> str:
         return money(entry.cost)
 
-    @admin.display(description="price used")
+    @admin.display(description=_("price used"))
     def price_used(self, entry: LedgerEntry) -> str:
         if entry.price_id is None:
             # Or billed before entries recorded their price, at rates since changed.
-            return "none in force: unpriced" if entry.cost is None else "not recorded"
-        rates = f"input {rate(entry.input_per_million)}, output {rate(entry.output_per_million)}"
-        if entry.cached_input_per_million is not None:
-            rates += f", cached input {rate(entry.cached_input_per_million)}"
-        return f"#{entry.price_id}: {rates} USD per million tokens"
+            return gettext("none in force: unpriced") if entry.cost is None else gettext("not recorded")
+        rates = {
+            "id": entry.price_id,
+            "input": rate(entry.input_per_million),
+            "output": rate(entry.output_per_million),
+            "cached": rate(entry.cached_input_per_million),
+        }
+        if entry.cached_input_per_million is None:
+            return gettext("#%(id)s: input %(input)s, output %(output)s USD per million tokens") % rates
+        return (
+            gettext("#%(id)s: input %(input)s, output %(output)s, cached input %(cached)s USD per million tokens")
+            % rates
+        )
 
-    @admin.display(description="estimated", ordering="estimated")
+    @admin.display(description=_("estimated"), ordering="estimated")
     def is_estimated(self, entry: LedgerEntry) -> str:
         # Words, not the red cross of a boolean column: "no" is the normal case.
-        return "yes" if entry.estimated else "no"
+        return gettext("yes") if entry.estimated else gettext("no")
 
-    @admin.display(description="turn status", ordering="turn_status")
+    @admin.display(description=_("turn status"), ordering="turn_status")
     def turn_status(self, entry: LedgerEntry) -> str:
-        return entry.turn_status
+        # The status's label (the turn's model's choices: billing imports no chat code).
+        labels = dict(LedgerEntry._meta.get_field("turn").related_model._meta.get_field("status").flatchoices)
+        return labels.get(entry.turn_status, entry.turn_status)
 
     # --- pages ------------------------------------------------------------------------------
 
@@ -303,11 +318,11 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         try:
             cl = self._filtered(request)
         except IncorrectLookupParameters as e:
-            return HttpResponseBadRequest(f"Bad filter: {e}", content_type="text/plain")
+            return HttpResponseBadRequest(gettext("Bad filter: %(reason)s") % {"reason": e}, content_type="text/plain")
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Monthly usage per model",
+            "title": gettext("Monthly usage per model"),
             "time_zone": settings.TIME_ZONE,
             "months": reports.monthly(cl.queryset),
             "conversations_url": self._url("conversations") + cl.get_query_string(),
@@ -323,7 +338,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         try:
             cl = self._filtered(request)
         except (IncorrectLookupParameters, ValidationError) as e:
-            return HttpResponseBadRequest(f"Bad filter: {e}", content_type="text/plain")
+            return HttpResponseBadRequest(gettext("Bad filter: %(reason)s") % {"reason": e}, content_type="text/plain")
         rows = reports.by_conversation(cl.queryset, PER_CONVERSATION_ROWS)
         changelist = self._url("changelist")
         for row in rows:
@@ -331,7 +346,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Usage per conversation",
+            "title": gettext("Usage per conversation"),
             "rows": rows,
             "limit": PER_CONVERSATION_ROWS,
             "totals": reports.totals(cl.queryset),
@@ -347,7 +362,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         try:
             cl = self._filtered(request)
         except IncorrectLookupParameters as e:
-            return HttpResponseBadRequest(f"Bad filter: {e}", content_type="text/plain")
+            return HttpResponseBadRequest(gettext("Bad filter: %(reason)s") % {"reason": e}, content_type="text/plain")
         chunks = exports.csv_chunks(cl.queryset)
         content = exports.in_sync_thread(chunks) if isinstance(request, ASGIRequest) else chunks
         response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")
@@ -356,7 +371,8 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         return response
 
 
-PRICE_HELP = (
+# Marked only: translated where shown, so that it stays a str here.
+PRICE_HELP = gettext_noop(
     "A price applies to turns that start from its effective date on, and each ledger entry records the "
     "price and rates it was billed at. A price that any entry used is history: it cannot be changed or "
     "deleted. To change it, supersede it: add a row with the same model and the date the new rates take "
@@ -369,19 +385,19 @@ class PriceForm(forms.ModelForm):
         model = Price
         fields = ["model", "input_per_million", "cached_input_per_million", "output_per_million", "effective_from"]
         help_texts = {
-            "effective_from": "Turns that start from this moment on use this price; earlier entries keep theirs.",
+            "effective_from": _("Turns that start from this moment on use this price; earlier entries keep theirs."),
         }
 
     def clean_model(self) -> str:
         model = self.cleaned_data["model"].strip()
         if not model:
-            raise ValidationError("Give a model name.")
+            raise ValidationError(gettext("Give a model name."))
         return model
 
     def clean(self):
         # Used since the page was opened: history now (the save would refuse).
         if self.instance.in_use:
-            raise ValidationError("Ledger entries have been billed at this price since: supersede it instead.")
+            raise ValidationError(gettext("Ledger entries have been billed at this price since: supersede it instead."))
         return super().clean()
 
 
@@ -391,7 +407,7 @@ class PriceAdmin(ModelAdmin):
     list_display = ["model", "input_price", "cached_input_price", "output_price", "effective", "state", "use"]
     list_filter = ["model"]
     search_fields = ["model"]
-    fieldsets = [(None, {"fields": PriceForm.Meta.fields, "description": PRICE_HELP})]
+    fieldsets = [(None, {"fields": PriceForm.Meta.fields, "description": _(PRICE_HELP)})]
     change_list_template = "admin/billing/help_change_list.html"
     change_form_template = "admin/billing/price/change_form.html"
 
@@ -414,7 +430,8 @@ class PriceAdmin(ModelAdmin):
     def get_deleted_objects(self, objs, request):
         # The bulk action: a used price among them is refused (protected).
         deleted, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
-        protected = [*protected, *(f"{price} (billed ledger entries)" for price in objs if price.in_use)]
+        billed = gettext("%(price)s (billed ledger entries)")
+        protected = [*protected, *(billed % {"price": price} for price in objs if price.in_use)]
         return deleted, model_count, perms_needed, protected
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
@@ -434,35 +451,35 @@ class PriceAdmin(ModelAdmin):
         }
         return reverse(f"{self.admin_site.name}:billing_price_add") + "?" + urlencode(initial)
 
-    @admin.display(description="input, USD / 1M tokens", ordering="input_per_million")
+    @admin.display(description=_("input, USD / 1M tokens"), ordering="input_per_million")
     def input_price(self, price: Price) -> str:
         return rate(price.input_per_million)
 
-    @admin.display(description="cached input, USD / 1M", ordering="cached_input_per_million")
+    @admin.display(description=_("cached input, USD / 1M"), ordering="cached_input_per_million")
     def cached_input_price(self, price: Price) -> str:
-        return rate(price.cached_input_per_million) or "as input"
+        return rate(price.cached_input_per_million) or gettext("as input")
 
-    @admin.display(description="output, USD / 1M tokens", ordering="output_per_million")
+    @admin.display(description=_("output, USD / 1M tokens"), ordering="output_per_million")
     def output_price(self, price: Price) -> str:
         return rate(price.output_per_million)
 
-    @admin.display(description="effective from", ordering="effective_from")
+    @admin.display(description=_("effective from"), ordering="effective_from")
     def effective(self, price: Price) -> str:
         return formats.date_format(timezone.localtime(price.effective_from, days.zone()), "Y-m-d H:i")
 
-    @admin.display(description="state")
+    @admin.display(description=_("state"))
     def state(self, price: Price) -> str:
         if price.effective_from > timezone.now():
-            return "scheduled"
-        return "superseded" if price.superseded else "in force"
+            return gettext("scheduled")
+        return gettext("superseded") if price.superseded else gettext("in force")
 
-    @admin.display(description="billed")
+    @admin.display(description=_("billed"))
     def use(self, price: Price) -> str:
-        return "used: supersede to change" if price.used else "not used yet"
+        return gettext("used: supersede to change") if price.used else gettext("not used yet")
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         warn_unpriced(request, self.admin_site)
-        return super().changelist_view(request, {"page_help": PRICE_HELP, **(extra_context or {})})
+        return super().changelist_view(request, {"page_help": gettext(PRICE_HELP), **(extra_context or {})})
 
 
 @admin.register(Calibration)
@@ -476,35 +493,47 @@ class CalibrationAdmin(WrittenByTheApp, ModelAdmin):
     actions = None
     change_list_template = "admin/billing/help_change_list.html"
 
-    @admin.display(description="input, characters per token", ordering="input_chars_per_token")
+    @admin.display(description=_("input, characters per token"), ordering="input_chars_per_token")
     def input_ratio(self, row: Calibration) -> str:
         return f"{row.input_chars_per_token:.2f}"
 
-    @admin.display(description="output, characters per token", ordering="output_chars_per_token")
+    @admin.display(description=_("output, characters per token"), ordering="output_chars_per_token")
     def output_ratio(self, row: Calibration) -> str:
         return f"{row.output_chars_per_token:.2f}"
 
-    @admin.display(description="estimates use")
+    @admin.display(description=_("estimates use"))
     def in_use(self, row: Calibration) -> str:
         learnt = [
-            name
-            for name, samples in (("input", row.input_samples), ("output", row.output_samples))
+            label
+            for label, samples in (
+                (gettext("learnt input ratio"), row.input_samples),
+                (gettext("learnt output ratio"), row.output_samples),
+            )
             if samples >= calibration.MIN_SAMPLES
         ]
         if not learnt:
-            return f"the default ({calibration.DEFAULT_CHARS_PER_TOKEN:g}) until {calibration.MIN_SAMPLES} samples"
-        return "learnt ratios" if len(learnt) == 2 else f"learnt {learnt[0]} ratio"
+            message = ngettext(
+                "the default (%(default)s) until %(samples)d sample",
+                "the default (%(default)s) until %(samples)d samples",
+                calibration.MIN_SAMPLES,
+            )
+            return message % {"default": f"{calibration.DEFAULT_CHARS_PER_TOKEN:g}", "samples": calibration.MIN_SAMPLES}
+        return gettext("learnt ratios") if len(learnt) == 2 else learnt[0]
 
-    @admin.display(description="last update", ordering="updated_at")
+    @admin.display(description=_("last update"), ordering="updated_at")
     def updated(self, row: Calibration) -> str:
         return formats.date_format(timezone.localtime(row.updated_at, days.zone()), "Y-m-d H:i:s")
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
-        help_text = (
+        help_text = ngettext(
             "A round cut short (a Stop, a closed tab, a lost process) never gets the provider's token counts, "
             "so it is estimated from its characters. Each model's characters per token are learnt from every "
             "whole round the provider reported usage for, prompt and output apart: "
-            f"the default {calibration.DEFAULT_CHARS_PER_TOKEN:g} until a model has {calibration.MIN_SAMPLES} "
-            "samples, then a moving average."
-        )
+            "the default %(default)s until a model has %(samples)d sample, then a moving average.",
+            "A round cut short (a Stop, a closed tab, a lost process) never gets the provider's token counts, "
+            "so it is estimated from its characters. Each model's characters per token are learnt from every "
+            "whole round the provider reported usage for, prompt and output apart: "
+            "the default %(default)s until a model has %(samples)d samples, then a moving average.",
+            calibration.MIN_SAMPLES,
+        ) % {"default": f"{calibration.DEFAULT_CHARS_PER_TOKEN:g}", "samples": calibration.MIN_SAMPLES}
         return super().changelist_view(request, {"page_help": help_text, **(extra_context or {})})

@@ -10,6 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.translation import gettext, pgettext
 
 WIDTH, HEIGHT = 960, 300
 LEFT, RIGHT, TOP, BOTTOM = 84, 76, 44, 56
@@ -37,14 +39,21 @@ def _usd(value: float) -> str:
 
 
 def _tokens(value: float) -> str:
-    for size, suffix in ((1_000_000_000, "B"), (1_000_000, "M"), (1_000, "k")):
+    suffixes = (
+        (1_000_000_000, pgettext("billions, as in 2B tokens", "B")),
+        (1_000_000, pgettext("millions, as in 2M tokens", "M")),
+        (1_000, pgettext("thousands, as in 2k tokens", "k")),
+    )
+    for size, suffix in suffixes:
         if value >= size:
             return _plain(value / size) + suffix
     return _plain(value)
 
 
 def _day_label(day: date, first: date, last: date) -> str:
-    return f"{day:%b} {day.day}" if first.year == last.year else f"{day:%b} {day.day}, {day:%Y}"
+    # Translators: Django date formats (the date template filter's letters): "Jan 5", and "Jan 5, 2025".
+    shape = gettext("M j") if first.year == last.year else gettext("M j, Y")
+    return date_format(day, shape)
 
 
 def daily_chart(days: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 from django.db import models
 from django.db.models.functions import Lower
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 
 class AppendOnlyQuerySet(models.QuerySet):
@@ -15,31 +17,45 @@ class LedgerEntry(models.Model):
     """What one turn cost. Append-only: written once, by bill_once."""
 
     # One-to-one: the database itself refuses a second entry for a turn.
-    turn = models.OneToOneField("chat.Turn", on_delete=models.PROTECT, related_name="ledger_entry")
-    model = models.CharField(max_length=100)
-    input_tokens = models.PositiveIntegerField()
+    turn = models.OneToOneField(
+        "chat.Turn", on_delete=models.PROTECT, related_name="ledger_entry", verbose_name=_("turn")
+    )
+    model = models.CharField(_("model"), max_length=100)
+    input_tokens = models.PositiveIntegerField(_("input tokens"))
     # Parts of the two above, when the provider reported them.
-    cached_input_tokens = models.PositiveIntegerField(default=0, help_text="Input served from the provider's cache.")
-    reasoning_tokens = models.PositiveIntegerField(default=0, help_text="Output the model spent reasoning.")
-    output_tokens = models.PositiveIntegerField()
-    estimated = models.BooleanField(help_text="Part of the usage is an estimate.")
+    cached_input_tokens = models.PositiveIntegerField(
+        _("cached input tokens"), default=0, help_text=_("Input served from the provider's cache.")
+    )
+    reasoning_tokens = models.PositiveIntegerField(
+        _("reasoning tokens"), default=0, help_text=_("Output the model spent reasoning.")
+    )
+    output_tokens = models.PositiveIntegerField(_("output tokens"))
+    estimated = models.BooleanField(_("estimated"), help_text=_("Part of the usage is an estimate."))
     # NULL when no price was in force for the model: unpriced, never a silent 0.
-    cost = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    cost = models.DecimalField(_("cost"), max_digits=14, decimal_places=8, null=True, blank=True)
     # The price the cost was worked out with, and its rates as they were.
-    price = models.ForeignKey("Price", on_delete=models.PROTECT, null=True, blank=True, related_name="ledger_entries")
+    price = models.ForeignKey(
+        "Price",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="ledger_entries",
+        verbose_name=_("price"),
+    )
     input_per_million = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     cached_input_per_million = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     output_per_million = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
 
     objects = AppendOnlyQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        verbose_name_plural = "ledger entries"
+        verbose_name = _("ledger entry")
+        verbose_name_plural = _("ledger entries")
 
     def __str__(self) -> str:
-        return f"Turn {self.turn_id}: {self.cost}"
+        return gettext("Turn %(turn)s: %(cost)s") % {"turn": self.turn_id, "cost": self.cost}
 
     def save(self, *args, **kwargs) -> None:
         if self.pk is not None:
@@ -67,40 +83,43 @@ class Price(models.Model):
     superseded by a row with a later `effective_from`."""
 
     model = models.CharField(
+        _("model"),
         max_length=100,
-        help_text=(
+        help_text=_(
             "A model name, in any case. It also prices the model's dated snapshots "
             "(gpt-4o-mini prices gpt-4o-mini-2024-07-18), never another model (gpt-4o does not price gpt-4o-mini)."
         ),
     )
-    input_per_million = models.DecimalField("input, USD per million tokens", max_digits=12, decimal_places=6)
+    input_per_million = models.DecimalField(_("input, USD per million tokens"), max_digits=12, decimal_places=6)
     cached_input_per_million = models.DecimalField(
-        "cached input, USD per million tokens",
+        _("cached input, USD per million tokens"),
         max_digits=12,
         decimal_places=6,
         null=True,
         blank=True,
-        help_text="Input the provider served from its cache. Blank: cached input costs the input rate.",
+        help_text=_("Input the provider served from its cache. Blank: cached input costs the input rate."),
     )
-    output_per_million = models.DecimalField("output, USD per million tokens", max_digits=12, decimal_places=6)
-    effective_from = models.DateTimeField(default=timezone.now)
+    output_per_million = models.DecimalField(_("output, USD per million tokens"), max_digits=12, decimal_places=6)
+    effective_from = models.DateTimeField(_("effective from"), default=timezone.now)
 
     objects = PriceQuerySet.as_manager()
 
     class Meta:
         ordering = ["model", "-effective_from"]
+        verbose_name = _("price")
+        verbose_name_plural = _("prices")
         constraints = [
             # Names match case-insensitively, so they are unique that way.
             models.UniqueConstraint(
                 Lower("model"),
                 "effective_from",
                 name="one_price_per_model_and_date",
-                violation_error_message="A price for this model (in any case) already takes effect at that moment.",
+                violation_error_message=_("A price for this model (in any case) already takes effect at that moment."),
             ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.model} from {self.effective_from:%Y-%m-%d}"
+        return gettext("%(model)s from %(date)s") % {"model": self.model, "date": f"{self.effective_from:%Y-%m-%d}"}
 
     def save(self, *args, **kwargs) -> None:
         if self.in_use:
@@ -117,15 +136,17 @@ class Calibration(models.Model):
     the rounds the provider reported usage for (billing/calibration.py), so
     that a round cut short is estimated in the model's own terms."""
 
-    model = models.CharField(max_length=100, unique=True)
+    model = models.CharField(_("model"), max_length=100, unique=True)
     input_chars_per_token = models.FloatField(default=4.0)
-    input_samples = models.PositiveIntegerField(default=0)
+    input_samples = models.PositiveIntegerField(_("input samples"), default=0)
     output_chars_per_token = models.FloatField(default=4.0)
-    output_samples = models.PositiveIntegerField(default=0)
-    updated_at = models.DateTimeField(auto_now=True)
+    output_samples = models.PositiveIntegerField(_("output samples"), default=0)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
         ordering = ["model"]
+        verbose_name = _("calibration")
+        verbose_name_plural = _("calibrations")
 
     def __str__(self) -> str:
         return self.model

@@ -1,9 +1,11 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
+from django.utils.translation import gettext_lazy as _
 
 
 class ChatConfig(AppConfig):
     name = "chat"
+    verbose_name = _("Chat and support")
 
     def ready(self) -> None:
         post_migrate.connect(_ensure_roles, sender=self)

@@ -4,18 +4,22 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 
 class HelpArticle(models.Model):
-    title = models.CharField(max_length=200)
-    slug = models.SlugField(max_length=200, unique=True)
-    body = models.TextField(help_text="Markdown.")
-    published = models.BooleanField(default=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    title = models.CharField(_("title"), max_length=200)
+    slug = models.SlugField(_("slug"), max_length=200, unique=True)
+    body = models.TextField(_("body"), help_text=_("Markdown."))
+    published = models.BooleanField(_("published"), default=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
         ordering = ["title"]
+        verbose_name = _("help article")
+        verbose_name_plural = _("help articles")
 
     def __str__(self) -> str:
         return self.title
@@ -26,7 +30,7 @@ class HelpArticle(models.Model):
 
 class Conversation(models.Model):
     # The public id is what leaves the server; the integer pk never does.
-    public_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    public_id = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
     # Whose it is: a keyed hash of the visitor's session key or widget key
     # (chat/visitors.py), never the key, which would open the visitor's
     # session (and a staff member's admin). Blank once the visitor started
@@ -36,50 +40,56 @@ class Conversation(models.Model):
     # the widget (origin and path only: a query string can carry anything),
     # or blank for the chat page itself.
     source_url = models.CharField(max_length=500, blank=True, editable=False)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True, db_index=True)
 
     class Meta:
         ordering = ["-updated_at"]
+        verbose_name = _("conversation")
+        verbose_name_plural = _("conversations")
 
     def __str__(self) -> str:
-        return f"Conversation {str(self.public_id)[:8]}"
+        return gettext("Conversation %(id)s") % {"id": str(self.public_id)[:8]}
 
 
 class Turn(models.Model):
     class Status(models.TextChoices):
-        STREAMING = "streaming"
-        COMPLETED = "completed"
-        INTERRUPTED = "interrupted"
-        TRUNCATED = "truncated"
-        FAILED = "failed"
+        STREAMING = "streaming", _("streaming")
+        COMPLETED = "completed", _("completed")
+        INTERRUPTED = "interrupted", _("interrupted")
+        TRUNCATED = "truncated", _("truncated")
+        FAILED = "failed", _("failed")
 
     class StopReason(models.TextChoices):
-        STOPPED = "stopped", "Stopped by the visitor"
-        LEFT = "left", "Visitor left (every tab closed)"
-        SHUTDOWN = "shutdown", "Server shut down"
-        PROCESS_LOST = "process_lost", "Server process lost"
+        STOPPED = "stopped", _("Stopped by the visitor")
+        LEFT = "left", _("Visitor left (every tab closed)")
+        SHUTDOWN = "shutdown", _("Server shut down")
+        PROCESS_LOST = "process_lost", _("Server process lost")
 
-    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
-    status = models.CharField(max_length=12, choices=Status, default=Status.STREAMING)
-    interrupted = models.BooleanField(default=False)
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="turns", verbose_name=_("conversation")
+    )
+    status = models.CharField(_("status"), max_length=12, choices=Status, default=Status.STREAMING)
+    interrupted = models.BooleanField(_("interrupted"), default=False)
     # Why an interrupted turn stopped, and for a Stop, the tab that sent it.
-    stop_reason = models.CharField(max_length=12, choices=StopReason, blank=True)
-    stopped_by = models.CharField(max_length=32, blank=True, help_text="The tab (socket) that sent the Stop.")
+    stop_reason = models.CharField(_("stop reason"), max_length=12, choices=StopReason, blank=True)
+    stopped_by = models.CharField(
+        _("stopped by"), max_length=32, blank=True, help_text=_("The tab (socket) that sent the Stop.")
+    )
     # While streaming: the channel of the server process that runs it, which
     # other processes' tabs ask for its frames and send their Stop to.
     owner = models.CharField(max_length=200, blank=True, editable=False)
     user_text = models.TextField()
     # Exactly what the visitor was sent, whatever the ending.
     assistant_text = models.TextField(blank=True)
-    error = models.CharField(max_length=200, blank=True)
-    model = models.CharField(max_length=100)
+    error = models.CharField(_("error"), max_length=200, blank=True)
+    model = models.CharField(_("model"), max_length=100)
     # Personal data: both are dropped after KOOKEE_ADDRESS_RETENTION_DAYS.
     client_address = models.GenericIPAddressField(null=True, blank=True)
     # The budgets' unit: an IPv4 address, or the /64 of an IPv6 one.
     client_network = models.CharField(max_length=43, blank=True)
-    started_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    ended_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(_("started at"), auto_now_add=True, db_index=True)
+    ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
     # While streaming: the last checkpoint, for closing turns a dead process left.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     checkpoint_round = models.PositiveSmallIntegerField(default=0)
@@ -90,6 +100,8 @@ class Turn(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
+        verbose_name = _("turn")
+        verbose_name_plural = _("turns")
         indexes = [
             models.Index(fields=["status", "heartbeat_at"]),
             models.Index(fields=["client_network", "started_at"]),
@@ -106,32 +118,34 @@ class Turn(models.Model):
         permissions = [("erase_turn", "Can erase a conversation's text at the visitor's request")]
 
     def __str__(self) -> str:
-        return f"Turn {self.pk} ({self.status})"
+        return gettext("Turn %(id)s (%(status)s)") % {"id": self.pk, "status": self.status}
 
 
 class Generation(models.Model):
     """One model call."""
 
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="generations")
-    round = models.PositiveSmallIntegerField(help_text="1-based.")
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="generations", verbose_name=_("turn"))
+    round = models.PositiveSmallIntegerField(_("round"), help_text=_("1-based."))
     # Empty when the stream ended without one (stopped, cut, failed).
-    finish_reason = models.CharField(max_length=32, blank=True)
-    input_tokens = models.PositiveIntegerField(default=0)
+    finish_reason = models.CharField(_("finish reason"), max_length=32, blank=True)
+    input_tokens = models.PositiveIntegerField(_("input tokens"), default=0)
     # Parts of the two above, when the provider reported them.
-    cached_input_tokens = models.PositiveIntegerField(default=0)
-    reasoning_tokens = models.PositiveIntegerField(default=0)
-    output_tokens = models.PositiveIntegerField(default=0)
-    usage_estimated = models.BooleanField(default=False)
-    started_at = models.DateTimeField()
-    first_delta_at = models.DateTimeField(null=True, blank=True)
-    ended_at = models.DateTimeField()
+    cached_input_tokens = models.PositiveIntegerField(_("cached input tokens"), default=0)
+    reasoning_tokens = models.PositiveIntegerField(_("reasoning tokens"), default=0)
+    output_tokens = models.PositiveIntegerField(_("output tokens"), default=0)
+    usage_estimated = models.BooleanField(_("usage estimated"), default=False)
+    started_at = models.DateTimeField(_("started at"))
+    first_delta_at = models.DateTimeField(_("first delta at"), null=True, blank=True)
+    ended_at = models.DateTimeField(_("ended at"))
 
     class Meta:
         ordering = ["turn_id", "round"]
         constraints = [models.UniqueConstraint(fields=["turn", "round"], name="one_generation_per_round")]
+        verbose_name = _("generation")
+        verbose_name_plural = _("generations")
 
     def __str__(self) -> str:
-        return f"Turn {self.turn_id} round {self.round}"
+        return gettext("Turn %(turn)s round %(round)s") % {"turn": self.turn_id, "round": self.round}
 
     @property
     def time_to_first_delta_ms(self) -> int | None:
@@ -141,16 +155,20 @@ class Generation(models.Model):
 
 
 class ToolCall(models.Model):
-    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="tool_calls")
+    generation = models.ForeignKey(
+        Generation, on_delete=models.CASCADE, related_name="tool_calls", verbose_name=_("generation")
+    )
     # Text: providers' ids can be long (LiteLLM packs signatures into them).
-    call_id = models.TextField(blank=True)
-    name = models.TextField()
-    arguments = models.TextField(blank=True, help_text="As the model sent them.")
-    result = models.TextField(blank=True)
-    error = models.TextField(blank=True)
+    call_id = models.TextField(_("call id"), blank=True)
+    name = models.TextField(_("name"))
+    arguments = models.TextField(_("arguments"), blank=True, help_text=_("As the model sent them."))
+    result = models.TextField(_("result"), blank=True)
+    error = models.TextField(_("error"), blank=True)
 
     class Meta:
         ordering = ["generation_id", "id"]
+        verbose_name = _("tool call")
+        verbose_name_plural = _("tool calls")
 
     def __str__(self) -> str:
         return self.name
@@ -161,22 +179,23 @@ class Feedback(models.Model):
     replaces it."""
 
     class Rating(models.TextChoices):
-        UP = "up", "Thumbs up"
-        DOWN = "down", "Thumbs down"
+        UP = "up", _("Thumbs up")
+        DOWN = "down", _("Thumbs down")
 
-    turn = models.OneToOneField(Turn, on_delete=models.CASCADE, related_name="feedback")
-    rating = models.CharField(max_length=4, choices=Rating)
-    comment = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+    turn = models.OneToOneField(Turn, on_delete=models.CASCADE, related_name="feedback", verbose_name=_("turn"))
+    rating = models.CharField(_("rating"), max_length=4, choices=Rating)
+    comment = models.TextField(_("comment"), blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True, db_index=True)
 
     class Meta:
         ordering = ["-updated_at", "-id"]
-        verbose_name_plural = "feedback"
+        verbose_name = _("feedback")
+        verbose_name_plural = _("feedback")
         indexes = [models.Index(fields=["rating", "updated_at"])]
 
     def __str__(self) -> str:
-        return f"{self.get_rating_display()} on turn {self.turn_id}"
+        return gettext("%(rating)s on turn %(turn)s") % {"rating": self.get_rating_display(), "turn": self.turn_id}
 
 
 class Search(models.Model):
@@ -184,26 +203,27 @@ class Search(models.Model):
     page: what was searched, how well the best article matched, which
     articles came back, and whether the answer then cited any of them."""
 
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="searches")
-    query = models.TextField()
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="searches", verbose_name=_("turn"))
+    query = models.TextField(_("query"))
     # The query's normalised terms (chat/search.py: lower case, stemmed, no
     # stopwords, sorted): searches for the same thing in other words group.
-    terms = models.CharField(max_length=200, blank=True, db_index=True)
+    terms = models.CharField(_("terms"), max_length=200, blank=True, db_index=True)
     # The best article's relevance (chat/search.py); None: nothing shared a term.
-    top_score = models.FloatField(null=True, blank=True)
+    top_score = models.FloatField(_("top score"), null=True, blank=True)
     # At least one article cleared the relevance floor.
-    matched = models.BooleanField()
-    article_ids = models.JSONField(default=list, blank=True)
-    cited = models.BooleanField(default=False)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    matched = models.BooleanField(_("matched"))
+    article_ids = models.JSONField(_("article ids"), default=list, blank=True)
+    cited = models.BooleanField(_("cited"), default=False)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        verbose_name_plural = "searches"
+        verbose_name = _("search")
+        verbose_name_plural = _("searches")
         indexes = [models.Index(fields=["matched", "created_at"])]
 
     def __str__(self) -> str:
-        return f"Search on turn {self.turn_id}"
+        return gettext("Search on turn %(turn)s") % {"turn": self.turn_id}
 
 
 class UnansweredQuestion(Search):
@@ -212,8 +232,8 @@ class UnansweredQuestion(Search):
 
     class Meta:
         proxy = True
-        verbose_name = "unanswered question"
-        verbose_name_plural = "unanswered questions"
+        verbose_name = _("unanswered question")
+        verbose_name_plural = _("unanswered questions")
 
 
 class SupportReport(Turn):
@@ -222,8 +242,8 @@ class SupportReport(Turn):
 
     class Meta:
         proxy = True
-        verbose_name = "support report"
-        verbose_name_plural = "support report"
+        verbose_name = _("support report")
+        verbose_name_plural = _("support report")
 
 
 class Handoff(models.Model):
@@ -233,46 +253,61 @@ class Handoff(models.Model):
     second one adds to it."""
 
     class Status(models.TextChoices):
-        OPEN = "open", "Open"
-        CLAIMED = "claimed", "Claimed"
-        CLOSED = "closed", "Closed"
+        OPEN = "open", _("Open")
+        CLAIMED = "claimed", _("Claimed")
+        CLOSED = "closed", _("Closed")
 
     # Waiting for Support: a conversation has at most one such request.
     PENDING = (Status.OPEN, Status.CLAIMED)
 
     class Source(models.TextChoices):
-        VISITOR = "visitor", "The visitor asked"
-        ASSISTANT = "assistant", "The assistant offered"
+        VISITOR = "visitor", _("The visitor asked")
+        ASSISTANT = "assistant", _("The assistant offered")
 
     class Delivery(models.TextChoices):
-        NONE = "", "Not configured"
-        PENDING = "pending", "Pending"
-        SENT = "sent", "Sent"
-        FAILED = "failed", "Failed"
+        NONE = "", _("Not configured")
+        PENDING = "pending", _("Pending")
+        SENT = "sent", _("Sent")
+        FAILED = "failed", _("Failed")
 
-    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="handoffs")
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="handoffs", verbose_name=_("conversation")
+    )
     # The turn during which it was asked for, if any.
-    turn = models.ForeignKey(Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="handoffs")
-    source = models.CharField(max_length=10, choices=Source)
-    reason = models.TextField(blank=True)
+    turn = models.ForeignKey(
+        Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="handoffs", verbose_name=_("turn")
+    )
+    source = models.CharField(_("source"), max_length=10, choices=Source)
+    reason = models.TextField(_("reason"), blank=True)
     # Personal data, given by the visitor for the reply; erased with the conversation.
-    email = models.EmailField(blank=True)
+    email = models.EmailField(_("email"), blank=True)
     # The rate limit's unit, as on Turn; dropped with the turns' addresses.
     client_network = models.CharField(max_length=43, blank=True, editable=False)
-    status = models.CharField(max_length=8, choices=Status, default=Status.OPEN)
+    status = models.CharField(_("status"), max_length=8, choices=Status, default=Status.OPEN)
     claimed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("claimed by"),
     )
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
-    claimed_at = models.DateTimeField(null=True, blank=True)
-    closed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, db_index=True)
+    claimed_at = models.DateTimeField(_("claimed at"), null=True, blank=True)
+    closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
     # Support's notifications (chat/handoffs.py): by email, and by webhook.
-    email_status = models.CharField(max_length=8, choices=Delivery, blank=True, default=Delivery.NONE)
-    webhook_status = models.CharField(max_length=8, choices=Delivery, blank=True, default=Delivery.NONE)
-    webhook_attempts = models.PositiveSmallIntegerField(default=0)
+    email_status = models.CharField(
+        _("email status"), max_length=8, choices=Delivery, blank=True, default=Delivery.NONE
+    )
+    webhook_status = models.CharField(
+        _("webhook status"), max_length=8, choices=Delivery, blank=True, default=Delivery.NONE
+    )
+    webhook_attempts = models.PositiveSmallIntegerField(_("webhook attempts"), default=0)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        verbose_name = _("handoff")
+        verbose_name_plural = _("handoffs")
         indexes = [
             models.Index(fields=["status", "created_at"]),
             models.Index(fields=["client_network", "created_at"]),
@@ -286,7 +321,7 @@ class Handoff(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"Handoff {self.pk} ({self.status})"
+        return gettext("Handoff %(id)s (%(status)s)") % {"id": self.pk, "status": self.status}
 
 
 class RevokedKey(models.Model):

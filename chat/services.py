@@ -16,6 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Prefetch, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.translation import gettext
 
 from billing import calibration
 from billing.models import LedgerEntry
@@ -591,7 +592,7 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     conversations = list(Conversation.objects.select_for_update().filter(pk__in=conversation_ids))
     turns = Turn.objects.filter(conversation__in=conversations)
     if turns.filter(status=Turn.Status.STREAMING).exists():
-        raise ErasureRefused("A turn is still running in one of these conversations; try again in a minute.")
+        raise ErasureRefused(gettext("A turn is still running in one of these conversations; try again in a minute."))
     now = timezone.now()
     RevokedKey.objects.bulk_create(
         [RevokedKey(visitor_hash=c.visitor_hash) for c in conversations if c.visitor_hash], ignore_conflicts=True

@@ -60,6 +60,8 @@ MIDDLEWARE = [
     # Static files from the app itself, under any ASGI server.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The visitor's language, from their browser's Accept-Language.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -133,7 +135,14 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-LANGUAGE_CODE = "en-us"
+# English, and Brazilian Portuguese, chosen from each browser's
+# Accept-Language (pages and the chat's socket alike); staff's emails and the
+# admin without a preference are in LANGUAGE_CODE. Translations: locale/.
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("pt-br", "Português (Brasil)")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+# Dates and times with their seconds, in each language's order.
+FORMAT_MODULE_PATH = ["kookee.formats"]
 # The site's calendar: budgets' days, finance's daily and monthly figures
 # (billing/days.py). An IANA name, e.g. America/Sao_Paulo.
 TIME_ZONE = env("DJANGO_TIME_ZONE", default="UTC")

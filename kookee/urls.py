@@ -1,16 +1,20 @@
 from django.contrib import admin
 from django.urls import path
+from django.utils.translation import gettext_lazy as _
+from django.views.i18n import JavaScriptCatalog
 
 from chat import monitoring, views
 
 # The admin's own name for staff, in its header and page titles.
-admin.site.site_header = "Kookee chat"
-admin.site.site_title = "Kookee chat admin"
-admin.site.index_title = "Support and finance"
+admin.site.site_header = _("Kookee chat")
+admin.site.site_title = _("Kookee chat admin")
+admin.site.index_title = _("Support and finance")
 
 urlpatterns = [
     path("", views.index, name="index"),
     path("embed/", views.embed_page, name="embed"),
+    # The chat's own strings in the visitor's language (static/chat/*.js).
+    path("jsi18n/", JavaScriptCatalog.as_view(packages=["chat"]), name="javascript-catalog"),
     path("help/", views.help_index, name="help-index"),
     path("help/<slug:slug>/", views.help_article, name="help-article"),
     path("admin/", admin.site.urls),

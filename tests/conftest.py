@@ -1,3 +1,6 @@
+import subprocess
+from pathlib import Path
+
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings as django_settings
@@ -11,6 +14,17 @@ django_settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 
 SLOW = ("tests/e2e/", "tests/test_daphne.py")
+LOCALE = Path(__file__).resolve().parent.parent / "locale"
+
+
+def pytest_configure(config):
+    """The translations Django reads (.mo) are built from the committed .po
+    files by `make compilemessages`; a quick `pytest` builds any that are
+    missing or older than their .po, so the Portuguese tests see the latest."""
+    for po in LOCALE.glob("*/LC_MESSAGES/*.po"):
+        mo = po.with_suffix(".mo")
+        if not mo.exists() or mo.stat().st_mtime < po.stat().st_mtime:
+            subprocess.run(["msgfmt", "--check-format", "-o", str(mo), str(po)], check=True)
 
 
 def pytest_collection_modifyitems(items):

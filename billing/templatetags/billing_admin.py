@@ -5,6 +5,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils import formats
+from django.utils.translation import gettext
 
 register = template.Library()
 
@@ -23,7 +24,7 @@ def money(value: Decimal | None) -> str:
     significant digits (0.00045), so that it never reads as nothing; None is
     "unpriced", never 0."""
     if value is None:
-        return "unpriced"
+        return gettext("unpriced")
     value = Decimal(value)
     if value == 0 or abs(value) >= CENT:
         return grouped(value.quantize(CENT, ROUND_HALF_UP))

@@ -10,6 +10,10 @@
 // (turn.resume), then follows its numbered frames (seq).
 import { renderInto } from "./markdown.js";
 
+// The visitor's language: Django's catalog for this page (/jsi18n/), loaded
+// before this module; English if it could not be.
+const gettext = globalThis.gettext ?? ((text) => text);
+
 const root = document.getElementById("chat");
 const log = document.getElementById("log");
 const empty = document.getElementById("empty");
@@ -28,19 +32,22 @@ const handoffText = document.getElementById("handoff-text");
 const handoffEmail = document.getElementById("handoff-email");
 const embedded = root.dataset.embedded === "true";
 
-const TOOL_LABELS = { search_help_center: "Searching the help center…" };
+const TOOL_LABELS = {
+  search_help_center: gettext("Searching the help center…"),
+  request_human: gettext("Asking for a person…"),
+};
 const ENDINGS = {
-  interrupted: "Interrupted.", // no reason known: a turn saved before reasons were
-  dropped: "Interrupted: the connection dropped while this answer was being written.",
-  truncated: "Cut off: the answer reached its length limit.",
-  failed: "Something went wrong with this answer.",
+  interrupted: gettext("Interrupted."), // no reason known: a turn saved before reasons were
+  dropped: gettext("Interrupted: the connection dropped while this answer was being written."),
+  truncated: gettext("Cut off: the answer reached its length limit."),
+  failed: gettext("Something went wrong with this answer."),
 };
 // Why an interrupted answer stopped (the `reason` of turn.ended and history).
 const STOP_REASONS = {
-  stopped: "Stopped.", // a Stop, from this tab or another of the visitor's
-  left: "This answer stopped when the page was closed.",
-  shutdown: "The server restarted while this answer was being written.",
-  process_lost: "The connection to the server was lost while this answer was being written.",
+  stopped: gettext("Stopped."), // a Stop, from this tab or another of the visitor's
+  left: gettext("This answer stopped when the page was closed."),
+  shutdown: gettext("The server restarted while this answer was being written."),
+  process_lost: gettext("The connection to the server was lost while this answer was being written."),
 };
 const SAID_EVEN_IF_DROPPED = new Set(["stopped", "shutdown"]);
 // The errors a `feedback` frame can get (they carry its turn_id, as a failed
@@ -49,12 +56,12 @@ const RATING_ERRORS = new Set(["not_found", "bad_feedback"]);
 // The errors a `handoff` frame can get.
 const HANDOFF_ERRORS = new Set(["bad_handoff", "handoff_rate_limited"]);
 const COMMENT_CHARS = 1000;
-const STILL_WRITING = "This answer was still being written when we last heard from the server. Checking again…";
+const STILL_WRITING = gettext("This answer was still being written when we last heard from the server. Checking again…");
 const MAX_BACKOFF_MS = 10000;
 const TOO_MANY_BACKOFF_MS = [30000, 300000]; // first and longest wait after a 4429
 const WAKE_GAP_MS = 3000; // at most one reconnection on activity this often
 const STILL_STREAMING_RECHECK_MS = 2000;
-const TOO_MANY = "Too many chat windows are open. Close one, or come back to this one later.";
+const TOO_MANY = gettext("Too many chat windows are open. Close one, or come back to this one later.");
 
 // Close codes the server sends after accepting the socket (chat/consumers.py).
 // Anything else (1006: server down, a proxy's 502, no network) means "try again".
@@ -141,7 +148,7 @@ function bubble(role, before) {
   item.className = `message message--${role}`;
   const who = document.createElement("h2");
   who.className = "visually-hidden";
-  who.textContent = role === "user" ? "You said:" : "Kookee said:";
+  who.textContent = role === "user" ? gettext("You said:") : gettext("Kookee said:");
   const body = document.createElement("div");
   body.className = "message__text";
   item.append(who, body);
@@ -205,7 +212,7 @@ function showTool(view, name, status) {
     view.tool.className = "message__tool";
     view.item.insertBefore(view.tool, view.body);
   }
-  view.tool.textContent = TOOL_LABELS[name] || "Working…";
+  view.tool.textContent = TOOL_LABELS[name] || gettext("Working…");
   // A finished search stays on show while the model reads the results: it
   // is hidden by the next text, or by the end of the turn.
   view.tool.hidden = status === "failed";
@@ -241,9 +248,9 @@ function showSources(view, sources) {
   if (!sources || !sources.length) return;
   const nav = document.createElement("nav");
   nav.className = "message__sources";
-  nav.setAttribute("aria-label", "Sources");
+  nav.setAttribute("aria-label", gettext("Sources"));
   const title = document.createElement("h3");
-  title.textContent = "Sources";
+  title.textContent = gettext("Sources");
   const list = document.createElement("ul");
   for (const source of sources) {
     const link = document.createElement("a");
@@ -270,8 +277,8 @@ function finish(view, { status, text, sources, message, reason = null, rating })
   view.item.removeAttribute("aria-busy");
   if (view.tool) view.tool.hidden = true;
   showSources(view, sources);
-  if (status === "interrupted") setNote(view, interruption(view, reason), "Continue");
-  else if (status === "failed") setNote(view, message || ENDINGS.failed, "Retry");
+  if (status === "interrupted") setNote(view, interruption(view, reason), gettext("Continue"));
+  else if (status === "failed") setNote(view, message || ENDINGS.failed, gettext("Retry"));
   else setNote(view, ENDINGS[status] || "");
   showRating(view, rating === undefined ? view.rated : rating);
 }
@@ -289,9 +296,9 @@ function showRating(view, rated = null) {
   box.className = "message__rating";
   const question = document.createElement("span");
   question.className = "message__rating-question";
-  question.textContent = "Was this helpful?";
-  const up = ratingButton(view, "up", "\u{1F44D}", "Helpful");
-  const down = ratingButton(view, "down", "\u{1F44E}", "Not helpful");
+  question.textContent = gettext("Was this helpful?");
+  const up = ratingButton(view, "up", "\u{1F44D}", gettext("Helpful"));
+  const down = ratingButton(view, "down", "\u{1F44E}", gettext("Not helpful"));
   const status = document.createElement("span");
   status.className = "message__rating-status";
   status.setAttribute("role", "status");
@@ -331,14 +338,14 @@ function askForComment(view) {
   const form = document.createElement("form");
   form.className = "message__comment";
   const label = document.createElement("label");
-  label.textContent = "What was missing or wrong? (optional)";
+  label.textContent = gettext("What was missing or wrong? (optional)");
   const field = document.createElement("textarea");
   field.maxLength = COMMENT_CHARS;
   field.rows = 2;
   label.append(field);
   const submit = document.createElement("button");
   submit.type = "submit";
-  submit.textContent = "Send";
+  submit.textContent = gettext("Send");
   form.append(label, submit);
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -355,13 +362,13 @@ function ratingSaved(view) {
   markRating(view, sent.value);
   if (!view.rating) return;
   if (sent.value === "down" && !sent.comment && !view.rating.form) {
-    view.rating.status.textContent = "Thanks for telling us.";
+    view.rating.status.textContent = gettext("Thanks for telling us.");
     askForComment(view);
     return;
   }
   view.rating.form?.remove();
   view.rating.form = null;
-  view.rating.status.textContent = sent.comment ? "Thanks: your comment was sent." : "Thanks for your feedback.";
+  view.rating.status.textContent = sent.comment ? gettext("Thanks: your comment was sent.") : gettext("Thanks for your feedback.");
 }
 
 // A lost connection that this page saw itself is told as the visitor saw
@@ -457,9 +464,9 @@ function showHandoff(state) {
   handoff = state || null;
   handoffNotice.hidden = !handoff;
   if (!handoff) return;
-  if (handoff.status === "claimed") handoffText.textContent = "A person from our support team has your request and will get back to you.";
-  else if (handoff.email) handoffText.textContent = "Your request for a person was received. Someone from our support team will reply by email.";
-  else handoffText.textContent = "Your request for a person was received. Someone from our support team will get back to you.";
+  if (handoff.status === "claimed") handoffText.textContent = gettext("A person from our support team has your request and will get back to you.");
+  else if (handoff.email) handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will reply by email.");
+  else handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will get back to you.");
   handoffEmail.hidden = Boolean(handoff.email);
 }
 
@@ -490,9 +497,9 @@ function updateControls() {
   const streaming = current !== null;
   // Dormant, the socket is closed but a send (or any move) brings it back.
   const usable = ready || dormant;
-  button.textContent = streaming ? "Stop" : "Send";
+  button.textContent = streaming ? gettext("Stop") : gettext("Send");
   button.dataset.action = streaming ? "stop" : "send";
-  button.setAttribute("aria-label", streaming ? "Stop the answer" : "Send your question");
+  button.setAttribute("aria-label", streaming ? gettext("Stop the answer") : gettext("Send your question"));
   button.disabled = !usable || (!streaming && pending !== null);
   restartButton.disabled = !usable || views.size === 0;
   personButton.disabled = !usable;
@@ -573,7 +580,7 @@ const handlers = {
     }
     if (RATING_ERRORS.has(frame.code)) {
       const view = views.get(frame.turn_id);
-      if (view?.rating) view.rating.status.textContent = "Your rating could not be saved.";
+      if (view?.rating) view.rating.status.textContent = gettext("Your rating could not be saved.");
       return;
     }
     if (frame.turn_id) {
@@ -675,7 +682,7 @@ function reconcile(page, again = false) {
     // or error will come.)
     if (!input.value) input.value = pending.text;
     pending = null;
-    setConnection("Your last message was not sent. Please send it again.", "open");
+    setConnection(gettext("Your last message was not sent. Please send it again."), "open");
   }
   if (stillStreaming) scheduleRecheck();
   if (!oldest) log.scrollTop = log.scrollHeight; // a first look starts at the latest
@@ -773,13 +780,13 @@ function closed(code) {
   if (current) {
     // What the server saved is asked for once we are back.
     setText(current, current.text, true);
-    setNote(current, "Connection lost. Checking what was saved…");
+    setNote(current, gettext("Connection lost. Checking what was saved…"));
     current.dropped = true;
     current.item.removeAttribute("aria-busy");
     current = null;
   }
   if (code === FLOOD || code === 1008) {
-    setConnection("Disconnected: too many messages at once. Reload the page to continue.", "closed");
+    setConnection(gettext("Disconnected: too many messages at once. Reload the page to continue."), "closed");
   } else if (code === REFUSED) {
     renew();
   } else if (code === IDLE) {
@@ -789,7 +796,7 @@ function closed(code) {
     dormant = true;
     reconnect(TOO_MANY, ...TOO_MANY_BACKOFF_MS);
   } else {
-    reconnect(attempts >= 5 ? "Still reconnecting… Check your connection." : "Connection lost. Reconnecting…");
+    reconnect(attempts >= 5 ? gettext("Still reconnecting… Check your connection.") : gettext("Connection lost. Reconnecting…"));
   }
   updateControls();
 }
@@ -799,11 +806,11 @@ function closed(code) {
 // would cost the visitor their conversation), and the conversation shown
 // is no longer theirs.
 async function renew() {
-  if (restarting) notice = "Started a new conversation.";
-  else if (views.size) notice = "This conversation has ended. Your next message starts a new one.";
+  if (restarting) notice = gettext("Started a new conversation.");
+  else if (views.size) notice = gettext("This conversation has ended. Your next message starts a new one.");
   restarting = false;
   clearLog();
-  setConnection("Starting a new conversation…", "reconnecting");
+  setConnection(gettext("Starting a new conversation…"), "reconnecting");
   try {
     if (embedded) keepToken(spare || (await freshToken()));
     else await fetch("/", { method: "HEAD", cache: "no-store", credentials: "same-origin" }); // a new session cookie
@@ -811,7 +818,7 @@ async function renew() {
   } catch {
     // The network or the server is down: the next attempt finds out.
   }
-  reconnect("Starting a new conversation…");
+  reconnect(gettext("Starting a new conversation…"));
 }
 
 function reconnect(text, base = 500, longest = MAX_BACKOFF_MS) {

@@ -9,7 +9,18 @@
   if (!script || window.__kookeeChat) return; // once per page
   window.__kookeeChat = true;
   const origin = new URL(script.src).origin;
-  const label = script.dataset.label || "Help";
+  // Its own few words, on a page that is not ours: in the visitor's
+  // language, chosen from the browser's as the server chooses the frame's
+  // (Accept-Language). The Portuguese is the catalog's translation of each
+  // English string (locale/; tests/test_translations.py keeps them equal).
+  const gettext_noop = (text) => text;
+  const WORDS = {
+    en: { label: gettext_noop("Help"), title: gettext_noop("Kookee help chat") },
+    "pt-br": { label: "Ajuda", title: "Chat de ajuda da Kookee" },
+  };
+  const preferred = (navigator.languages || [navigator.language || "en"]).map((tag) => tag.toLowerCase());
+  const words = WORDS[preferred.map((tag) => (tag.startsWith("pt") ? "pt-br" : tag.split("-")[0])).find((tag) => tag in WORDS) || "en"];
+  const label = script.dataset.label || words.label;
 
   const host = document.createElement("div");
   host.id = "kookee-chat";
@@ -77,7 +88,7 @@
     if (open && !frame) {
       // Loaded on first open: a page view alone costs the server nothing.
       frame = document.createElement("iframe");
-      frame.title = "Kookee help chat";
+      frame.title = words.title;
       // In the fragment: the browser never sends it to a server. The page
       // (origin and path, no query) tells Support where the visitor was.
       const fragment = new URLSearchParams();
