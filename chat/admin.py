@@ -7,6 +7,8 @@ same few queries whatever its page size. Model and visitor text is only ever
 rendered through escaping templates (`linebreaksbr`), never `mark_safe`.
 """
 
+from urllib.parse import urlsplit
+
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
@@ -20,6 +22,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from billing.models import LedgerEntry
 from billing.templatetags.billing_admin import grouped, money
@@ -65,12 +69,12 @@ class HelpArticleAdmin(ModelAdmin):
 
 
 class TurnStatusFilter(admin.SimpleListFilter):
-    title = "has a turn that is"
+    title = _("has a turn that is")
     parameter_name = "turn_status"
 
     def lookups(self, request, model_admin):
-        return [(s, s) for s in (Turn.Status.INTERRUPTED, Turn.Status.TRUNCATED, Turn.Status.FAILED)] + [
-            (Turn.Status.COMPLETED, "completed only")
+        return [(s, s.label) for s in (Turn.Status.INTERRUPTED, Turn.Status.TRUNCATED, Turn.Status.FAILED)] + [
+            (Turn.Status.COMPLETED, gettext("completed only"))
         ]
 
     def queryset(self, request, queryset):
@@ -84,12 +88,12 @@ class TurnStatusFilter(admin.SimpleListFilter):
 class RatingFilter(admin.SimpleListFilter):
     """Turns (or conversations with a turn) that visitors rated."""
 
-    title = "visitor's rating"
+    title = _("visitor's rating")
     parameter_name = "rating"
     path = "feedback__rating"
 
     def lookups(self, request, model_admin):
-        return [("down", "thumbs down"), ("up", "thumbs up"), ("none", "not rated")]
+        return [("down", gettext("thumbs down")), ("up", gettext("thumbs up")), ("none", gettext("not rated"))]
 
     def queryset(self, request, queryset):
         if self.value() in ("up", "down"):
@@ -100,15 +104,15 @@ class RatingFilter(admin.SimpleListFilter):
 
 
 class ConversationRatingFilter(RatingFilter):
-    title = "has an answer rated"
+    title = _("has an answer rated")
     path = "turns__feedback__rating"
 
     def lookups(self, request, model_admin):
-        return [("down", "thumbs down"), ("up", "thumbs up"), ("none", "none rated")]
+        return [("down", gettext("thumbs down")), ("up", gettext("thumbs up")), ("none", gettext("none rated"))]
 
 
 class TurnModelFilter(admin.SimpleListFilter):
-    title = "model"
+    title = _("model")
     parameter_name = "model"
 
     def lookups(self, request, model_admin):
@@ -121,22 +125,21 @@ class TurnModelFilter(admin.SimpleListFilter):
 
 @admin.register(Conversation)
 class ConversationAdmin(ModelAdmin):
+    # The first question is the link; the counts share a column: all of it
+    # fits a 1,400 px screen beside the sidebar and the filters.
     list_display = [
-        "short_id",
         "first_question",
         "came_from",
-        "started",
         "last_activity",
         "ratings",
         "turn_count",
-        "generation_count",
         "tokens",
-        "cost",
         "flags",
     ]
+    list_display_links = ["first_question"]
     list_filter = ["created_at", TurnStatusFilter, ConversationRatingFilter, TurnModelFilter]
     search_fields = ["turns__user_text", "turns__assistant_text", "=public_id"]
-    search_help_text = "Searches what visitors and the assistant wrote."
+    search_help_text = _("Searches what visitors and the assistant wrote.")
     date_hierarchy = "created_at"
     fields = ["public_id", "created_at", "updated_at", "came_from", "handoffs", "transcript"]
     readonly_fields = fields
@@ -147,7 +150,9 @@ class ConversationAdmin(ModelAdmin):
 
     def get_list_display(self, request):
         columns = super().get_list_display(request)
-        return columns if _can_see_prices(request) else [c for c in columns if c != "cost"]
+        # The cost only for those who may see prices (a superuser; Finance
+        # reads no conversations): beside the tokens, in the same width.
+        return [("tokens_and_cost" if c == "tokens" else c) for c in columns] if _can_see_prices(request) else columns
 
     def get_queryset(self, request):
         def turns_that_are(status):
@@ -198,7 +203,7 @@ class ConversationAdmin(ModelAdmin):
     def has_erase_permission(self, request) -> bool:
         return request.user.has_perm("chat.erase_turn")
 
-    @admin.action(permissions=["erase"], description="Erase the visitors' text")
+    @admin.action(permissions=["erase"], description=_("Erase the visitors' text"))
     def erase_visitors_text(self, request, queryset):
         """The visitor's right to erasure, after a confirmation page: what they
         and the model wrote, tool calls' arguments and results, addresses,
@@ -221,15 +226,18 @@ class ConversationAdmin(ModelAdmin):
         for conversation in erased:
             self.log_change(request, conversation, ERASED_MESSAGE)
         count = len(erased)
-        self.message_user(
-            request, f"Erased the visitors' text in {count} conversation{'s' * (count != 1)}.", messages.SUCCESS
+        message = ngettext(
+            "Erased the visitors' text in %(count)d conversation.",
+            "Erased the visitors' text in %(count)d conversations.",
+            count,
         )
+        self.message_user(request, message % {"count": count}, messages.SUCCESS)
         return None
 
     def _confirm_erasure(self, request, queryset) -> TemplateResponse:
         context = {
             **self.admin_site.each_context(request),
-            "title": "Erase the visitors' text?",
+            "title": gettext("Erase the visitors' text?"),
             "opts": self.opts,
             "conversations": queryset,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
@@ -238,75 +246,97 @@ class ConversationAdmin(ModelAdmin):
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/chat/conversation/erase_confirmation.html", context)
 
-    @admin.display(ordering="public_id", description="conversation")
+    @admin.display(ordering="public_id", description=_("conversation"))
     def short_id(self, obj) -> str:
         return str(obj.public_id)[:8]
 
-    @admin.display(description="first question")
+    @admin.display(description=_("first question"))
     def first_question(self, obj) -> str:
         if obj.first_text is None:
             return "-"
-        return Truncator(obj.first_text).chars(70) or "(erased)"
+        return Truncator(obj.first_text).chars(70) or gettext("(erased)")
 
-    @admin.display(description="ratings")
+    @admin.display(description=_("ratings"))
     def ratings(self, obj) -> str:
-        marks = [(obj.thumbs_down, "down"), (obj.thumbs_up, "up")]
-        shown = [format_html('<span class="kk-rating kk-rating--{}">{} {}</span>', r, n, r) for n, r in marks if n]
+        marks = [
+            # Translators: how many answers of a conversation were rated thumbs down: "2 down".
+            (obj.thumbs_down, "down", ngettext("%(count)d down", "%(count)d down", obj.thumbs_down)),
+            # Translators: how many answers of a conversation were rated thumbs up: "2 up".
+            (obj.thumbs_up, "up", ngettext("%(count)d up", "%(count)d up", obj.thumbs_up)),
+        ]
+        shown = [
+            format_html('<span class="kk-rating kk-rating--{}">{}</span>', r, label % {"count": n})
+            for n, r, label in marks
+            if n
+        ]
         return format_html_join(" ", "{}", ((mark,) for mark in shown)) if shown else "-"
 
-    @admin.display(ordering="created_at", description="started")
+    @admin.display(ordering="created_at", description=_("started"))
     def started(self, obj) -> str:
         return date_format(localtime(obj.created_at), "Y-m-d H:i:s")
 
-    @admin.display(ordering="updated_at", description="last activity")
+    @admin.display(ordering="updated_at", description=_("last activity"))
     def last_activity(self, obj) -> str:
         return date_format(localtime(obj.updated_at), "Y-m-d H:i:s")
 
-    @admin.display(ordering="turn_count", description="turns")
-    def turn_count(self, obj) -> int:
-        return obj.turn_count
+    @admin.display(ordering="turn_count", description=_("turns / calls"))
+    def turn_count(self, obj) -> str:
+        # Generations beside turns: more than one a turn means tool rounds, or waste.
+        return f"{obj.turn_count} / {obj.generation_total}"
 
-    @admin.display(ordering="generation_total", description="generations")
+    @admin.display(ordering="generation_total", description=_("generations"))
     def generation_count(self, obj) -> int:
         return obj.generation_total
 
-    @admin.display(ordering="token_total", description="tokens")
+    @admin.display(ordering="token_total", description=_("tokens"))
     def tokens(self, obj) -> str:
         return grouped(obj.token_total)
 
-    @admin.display(ordering="cost_total", description="cost (USD)")
+    @admin.display(ordering="token_total", description=_("tokens"))
+    def tokens_and_cost(self, obj) -> str:
+        return format_html("{}<br><small>USD {}</small>", grouped(obj.token_total), self.cost(obj))
+
     def cost(self, obj) -> str:
         # As finance's pages show it: to the cent, unpriced entries never as 0.
         if not obj.unpriced_count:
             return money(obj.cost_total or 0)
-        priced = f"{money(obj.cost_total)} plus " if obj.cost_total is not None else ""
-        return f"{priced}{obj.unpriced_count} unpriced"
+        count = obj.unpriced_count
+        if obj.cost_total is None:
+            return ngettext("%(count)d unpriced", "%(count)d unpriced", count) % {"count": count}
+        message = ngettext("%(cost)s plus %(count)d unpriced", "%(cost)s plus %(count)d unpriced", count)
+        return message % {"cost": money(obj.cost_total), "count": count}
 
-    @admin.display(description="flags")
+    @admin.display(description=_("flags"))
     def flags(self, obj) -> str:
         counts = [
-            ("interrupted", obj.interrupted_count),
-            ("truncated", obj.truncated_count),
-            ("failed", obj.failed_count),
+            # Translators: how many turns of a conversation were interrupted: "2 interrupted".
+            (ngettext("%(count)d interrupted", "%(count)d interrupted", obj.interrupted_count), obj.interrupted_count),
+            (ngettext("%(count)d truncated", "%(count)d truncated", obj.truncated_count), obj.truncated_count),
+            (ngettext("%(count)d failed", "%(count)d failed", obj.failed_count), obj.failed_count),
         ]
-        flags = [f"{n} {name}" for name, n in counts if n]
+        flags = [label % {"count": n} for label, n in counts if n]
         if obj.handoff_count:
-            label = "waiting for a person" if obj.waiting_count else "asked for a person"
+            label = gettext("waiting for a person") if obj.waiting_count else gettext("asked for a person")
             flags.insert(0, format_html('<span class="kk-flag kk-flag--handoff">{}</span>', label))
         return format_html_join(", ", "{}", ((flag,) for flag in flags))
 
-    @admin.display(description="came from")
+    @admin.display(description=_("came from"))
     def came_from(self, obj) -> str:
         """The chat page, or the page of a customer's site with the widget."""
         if not obj.source_url:
-            return "chat page"
-        return format_html('<span title="{}">{}</span>', obj.source_url, Truncator(obj.source_url).chars(48))
+            return gettext("chat page")
+        # The site, then its page: "acme.example" over "/pricing".
+        parts = urlsplit(obj.source_url)
+        host = parts.netloc.removeprefix("www.")
+        return format_html(
+            '<span title="{}">{}<br><small>{}</small></span>', obj.source_url, host, Truncator(parts.path).chars(32)
+        )
 
-    @admin.display(description="requests for a person")
+    @admin.display(description=_("requests for a person"))
     def handoffs(self, obj) -> str:
         found = obj.handoffs.order_by("created_at")
         if not found:
-            return "none"
+            return gettext("none")
         return format_html_join(
             SafeString("<br>"),
             '<a href="{}">{} {}</a> ({}){}',
@@ -322,7 +352,7 @@ class ConversationAdmin(ModelAdmin):
             ),
         )
 
-    @admin.display(description="transcript")
+    @admin.display(description=_("transcript"))
     def transcript(self, obj) -> str:
         generations = Generation.objects.prefetch_related(
             Prefetch("tool_calls", queryset=ToolCall.objects.order_by("id"))
@@ -339,11 +369,11 @@ class WastedGenerationsFilter(admin.SimpleListFilter):
     """Turns with more model calls than tool rounds + 1: the symptom of
     probing without streaming, then generating the answer again."""
 
-    title = "extra model calls"
+    title = _("extra model calls")
     parameter_name = "wasted"
 
     def lookups(self, request, model_admin):
-        return [("yes", "the model was called more often than its searches needed")]
+        return [("yes", gettext("the model was called more often than its searches needed"))]
 
     def queryset(self, request, queryset):
         if self.value() == "yes":
@@ -376,17 +406,17 @@ class GenerationInline(admin.TabularInline):
 
 @admin.register(Turn)
 class TurnAdmin(ModelAdmin):
+    # Narrow enough for a 1,400 px screen beside the admin's sidebar and the
+    # filters: the question is the link, the model is a filter (one model, mostly).
     list_display = [
-        "id",
-        "started_at",
         "question",
+        "started",
         "status_badge",
         "rating",
         "generation_count",
-        "tool_rounds",
-        "model",
-        "conversation",
+        "conversation_short",
     ]
+    list_display_links = ["question"]
     list_filter = ["status", "stop_reason", RatingFilter, WastedGenerationsFilter, "interrupted", "model", "started_at"]
     list_select_related = ["conversation", "feedback"]
     search_fields = ["user_text", "assistant_text"]
@@ -428,35 +458,48 @@ class TurnAdmin(ModelAdmin):
     def has_change_permission(self, request, obj=None) -> bool:
         return False
 
-    @admin.display(ordering="generation_count", description="generations")
-    def generation_count(self, obj) -> int:
-        return obj.generation_count
+    @admin.display(ordering="generation_count", description=_("generations"))
+    def generation_count(self, obj) -> str:
+        # With the rounds that called tools: a plain answer is "1 (0 with tools)".
+        return gettext("%(calls)s (%(tool_rounds)s with tools)") % {
+            "calls": obj.generation_count,
+            "tool_rounds": obj.tool_rounds,
+        }
 
-    @admin.display(description="question")
+    @admin.display(description=_("question"))
     def question(self, obj) -> str:
-        return "(erased)" if obj.erased_at else Truncator(obj.user_text).chars(60)
+        return gettext("(erased)") if obj.erased_at else Truncator(obj.user_text).chars(80)
 
-    @admin.display(description="question")
+    @admin.display(ordering="started_at", description=_("started"))
+    def started(self, obj) -> str:
+        return date_format(localtime(obj.started_at), "Y-m-d H:i:s")
+
+    @admin.display(ordering="conversation", description=_("conversation"))
+    def conversation_short(self, obj) -> str:
+        url = reverse("admin:chat_conversation_change", args=[obj.conversation_id])
+        return format_html('<a href="{}">{}</a>', url, str(obj.conversation.public_id)[:8])
+
+    @admin.display(description=_("question"))
     def question_text(self, obj) -> str:
         return _text(obj, obj.user_text)
 
-    @admin.display(ordering="tool_rounds", description="tool rounds")
+    @admin.display(ordering="tool_rounds", description=_("tool rounds"))
     def tool_rounds(self, obj) -> int:
         return obj.tool_rounds
 
-    @admin.display(ordering="status", description="status")
+    @admin.display(ordering="status", description=_("status"))
     def status_badge(self, obj) -> str:
-        badge = format_html('<span class="kk-badge kk-badge--{}">{}</span>', obj.status, obj.status)
+        badge = format_html('<span class="kk-badge kk-badge--{}">{}</span>', obj.status, obj.get_status_display())
         if not obj.stop_reason:
             return badge
         # Why it was interrupted: a Stop is not a lost connection.
         return format_html('{} <span class="kk-reason">{}</span>', badge, obj.get_stop_reason_display())
 
-    @admin.display(description="answer, as the visitor saw it")
+    @admin.display(description=_("answer, as the visitor saw it"))
     def answer(self, obj) -> str:
         return _text(obj, obj.assistant_text)
 
-    @admin.display(description="rating", ordering="feedback__rating")
+    @admin.display(description=_("rating"), ordering="feedback__rating")
     def rating(self, obj) -> str:
         feedback = getattr(obj, "feedback", None)
         return rating_badge(feedback) if feedback else "-"

@@ -34,6 +34,7 @@ PERIODS = (7, 30, 90)  # the pages' presets, in days
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
 TOP_UNANSWERED = 5
+EXAMPLES = 3  # example conversations per unanswered question
 # The most rows of each kind a page groups: a help center's weak searches
 # over a quarter are thousands, not millions.
 MAX_ROWS = 20_000
@@ -142,6 +143,16 @@ class Gap:
     @property
     def total(self) -> int:
         return self.searches + self.thumbs_down + self.handoffs
+
+    @property
+    def examples(self) -> list[tuple[int, str]]:
+        """Up to EXAMPLES conversations to read (id, public id)."""
+        return list(self.conversations.items())[:EXAMPLES]
+
+    @property
+    def more(self) -> int:
+        """How many conversations besides the examples."""
+        return max(0, len(self.conversations) - EXAMPLES)
 
     def add(self, kind: str, text: str, when: datetime, conversation: tuple[int, Any]) -> None:
         setattr(self, kind, getattr(self, kind) + 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
 from django.db.models import Prefetch
 from django.http import (
     HttpRequest,
@@ -24,8 +25,8 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 
 from chat import reports
 from chat.models import Feedback, Handoff, Search, SupportReport, ToolCall, UnansweredQuestion
@@ -162,12 +163,9 @@ class HandoffAdmin(ModelAdmin):
     list_display = [
         "requested",
         "status_badge",
-        "source",
         "reason_excerpt",
         "email",
         "conversation_link",
-        "claimed_by",
-        "notified",
     ]
     list_filter = [HandoffStatusFilter, "source", "created_at"]
     list_select_related = ["conversation", "claimed_by"]
@@ -219,7 +217,7 @@ class HandoffAdmin(ModelAdmin):
             raise PermissionDenied
         move = request.POST.get("move")
         if move not in MOVES:
-            return HttpResponseBadRequest("Unknown move.", content_type="text/plain")
+            return HttpResponseBadRequest(gettext("Unknown move."), content_type="text/plain")
         count = _apply(move, Handoff.objects.filter(pk=pk), request.user)
         if count:
             self.log_change(request, handoff, f"{move}")
@@ -253,11 +251,17 @@ class HandoffAdmin(ModelAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj) -> str:
-        return format_html('<span class="kk-badge kk-handoff--{}">{}</span>', obj.status, obj.get_status_display())
+        badge = format_html('<span class="kk-badge kk-handoff--{}">{}</span>', obj.status, obj.get_status_display())
+        if obj.status == Handoff.Status.CLAIMED and obj.claimed_by:
+            return format_html('{} <span class="kk-reason">{}</span>', badge, obj.claimed_by.get_username())
+        return badge
 
     @admin.display(description=_("reason"))
     def reason_excerpt(self, obj) -> str:
-        return Truncator(obj.reason).chars(100) or "-"
+        # Who asked, under what they said.
+        return format_html(
+            '{}<br><span class="kk-reason">{}</span>', Truncator(obj.reason).chars(100) or "-", obj.get_source_display()
+        )
 
     @admin.display(description=_("conversation"))
     def conversation_link(self, obj) -> str:
@@ -302,7 +306,8 @@ def _apply(move: str, queryset, user) -> int:
     else:
         fields |= {"claimed_by": None, "claimed_at": None, "closed_at": None}
     moved = 0
-    for handoff in queryset.filter(status__in=sources).only("id", "conversation_id"):
+    # select_related(None): the changelist's queryset follows claimed_by, which only() defers.
+    for handoff in queryset.filter(status__in=sources).select_related(None).only("id", "conversation_id"):
         # Reopening one must not make two waiting requests in a conversation.
         if target == Handoff.Status.OPEN and (
             Handoff.objects.filter(conversation_id=handoff.conversation_id, status__in=Handoff.PENDING)
@@ -310,7 +315,11 @@ def _apply(move: str, queryset, user) -> int:
             .exists()
         ):
             continue
-        moved += Handoff.objects.filter(pk=handoff.pk, status__in=sources).update(**fields)
+        try:
+            with transaction.atomic():  # a savepoint: a request or a reopen racing in may have won
+                moved += Handoff.objects.filter(pk=handoff.pk, status__in=sources).update(**fields)
+        except IntegrityError:
+            continue  # another request of the conversation waits now
     return moved
 
 
@@ -391,11 +400,12 @@ class FiguresPage(ModelAdmin):
         unknown = set(request.GET) - {"days", "from", "to"}
         if unknown:
             # As every list refuses a filter it does not offer (kookee/admin.py).
-            return HttpResponseBadRequest(f"Unknown parameter: {sorted(unknown)[0]}", content_type="text/plain")
+            message = gettext("Unknown parameter: %(name)s") % {"name": sorted(unknown)[0]}
+            return HttpResponseBadRequest(message, content_type="text/plain")
         try:
             period = reports.Period.from_query(request.GET)
         except ValueError as e:
-            return HttpResponseBadRequest(f"Bad period: {e}", content_type="text/plain")
+            return HttpResponseBadRequest(gettext("Bad period: %(reason)s") % {"reason": e}, content_type="text/plain")
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

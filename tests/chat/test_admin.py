@@ -1,6 +1,7 @@
 """The admin, as a superuser sees it: changelists, counts, the read-only ledger,
 and transcript text shown escaped."""
 
+import re
 from decimal import Decimal
 from html.parser import HTMLParser
 
@@ -33,7 +34,8 @@ def make_turn(conversation=None, *, generations=0, **fields):
 
 class ResultRows(HTMLParser):
     """The changelist's result rows: for each row, its cells' text keyed by field name
-    (the `field-NAME` class Django gives every cell)."""
+    (the `field-NAME` class Django gives every cell), and under "pk" the id
+    its first change link names."""
 
     def __init__(self):
         super().__init__()
@@ -47,6 +49,10 @@ class ResultRows(HTMLParser):
             self._in_results = True
         elif self._in_results and tag == "tr":
             self.rows.append({})
+        elif self._in_results and tag == "a" and self.rows and "pk" not in self.rows[-1]:
+            found = re.search(r"/(\d+)/change/", attrs.get("href") or "")
+            if found:
+                self.rows[-1]["pk"] = found[1]
         elif self._in_results and tag in ("td", "th"):
             names = [c[len("field-") :] for c in (attrs.get("class") or "").split() if c.startswith("field-")]
             self._cell = names[0] if names and self.rows else None
@@ -121,7 +127,7 @@ def test_the_turn_list_and_page_say_why_a_turn_was_interrupted(admin_client, rea
     turn = make_turn(generations=1, status="interrupted", interrupted=True, stop_reason=reason, stopped_by="ab12cd34")
     make_turn(generations=1)  # completed: no reason
 
-    rows = {row["id"]: row["status_badge"] for row in result_rows(admin_client.get("/admin/chat/turn/"))}
+    rows = {row["pk"]: row["status_badge"] for row in result_rows(admin_client.get("/admin/chat/turn/"))}
     page = admin_client.get(f"/admin/chat/turn/{turn.pk}/change/").content.decode()
     transcript = admin_client.get(f"/admin/chat/conversation/{turn.conversation_id}/change/").content.decode()
 
@@ -138,7 +144,7 @@ def test_the_turn_list_filters_by_stop_reason(admin_client):
 
     response = admin_client.get("/admin/chat/turn/?stop_reason__exact=left")
 
-    assert [row["id"] for row in result_rows(response)] == [str(left.id)]
+    assert [row["pk"] for row in result_rows(response)] == [str(left.id)]
 
 
 def test_the_turn_changelist_shows_each_turns_generation_count(admin_client):
@@ -146,9 +152,14 @@ def test_the_turn_changelist_shows_each_turns_generation_count(admin_client):
     three = make_turn(generations=3)
     none = make_turn(generations=0, status="failed")
 
-    counts = {row["id"]: row["generation_count"] for row in result_rows(admin_client.get("/admin/chat/turn/"))}
+    counts = {row["pk"]: row["generation_count"] for row in result_rows(admin_client.get("/admin/chat/turn/"))}
 
-    assert counts == {str(one.id): "1", str(three.id): "3", str(none.id): "0"}
+    # Each with the rounds that called tools: here, none.
+    assert counts == {
+        str(one.id): "1 (0 with tools)",
+        str(three.id): "3 (0 with tools)",
+        str(none.id): "0 (0 with tools)",
+    }
 
 
 def test_the_turn_changelist_orders_by_generation_count(admin_client):
@@ -159,11 +170,8 @@ def test_the_turn_changelist_orders_by_generation_count(admin_client):
     ascending = result_rows(admin_client.get(f"/admin/chat/turn/?o={column}"))
     descending = result_rows(admin_client.get(f"/admin/chat/turn/?o=-{column}"))
 
-    assert [(r["id"], r["generation_count"]) for r in ascending] == [(str(one.id), "1"), (str(three.id), "3")]
-    assert [(r["id"], r["generation_count"]) for r in descending] == [
-        (str(three.id), "3"),
-        (str(one.id), "1"),
-    ]
+    assert [r["pk"] for r in ascending] == [str(one.id), str(three.id)]
+    assert [r["pk"] for r in descending] == [str(three.id), str(one.id)]
 
 
 def test_the_turn_changelist_query_count_does_not_grow_with_turns(admin_client, django_assert_num_queries):
@@ -310,7 +318,7 @@ def test_the_wasted_generations_filter_finds_probe_then_stream_turns_only(admin_
 
     rows = result_rows(admin_client.get("/admin/chat/turn/?wasted=yes"))
 
-    assert sorted(int(r["id"]) for r in rows) == sorted([probed.id, probed_after_tools.id])
+    assert sorted(int(r["pk"]) for r in rows) == sorted([probed.id, probed_after_tools.id])
 
 
 # --- conversations for support ---------------------------------------------------------------
@@ -342,9 +350,11 @@ def conversation():
 
 def test_the_conversation_list_shows_counts_tokens_cost_and_flags(admin_client, conversation):
     [row] = result_rows(admin_client.get("/admin/chat/conversation/"))
-    assert (row["turn_count"], row["generation_count"], row["tokens"]) == ("2", "3", "937")
-    assert Decimal(row["cost"]) > 0
+    # Turns and model calls share a column; a superuser sees the cost under the tokens.
+    assert (row["turn_count"], row["tokens_and_cost"][:3]) == ("2 / 3", "937")
+    assert Decimal(row["tokens_and_cost"].removeprefix("937USD ")) > 0
     assert row["flags"] == "1 interrupted"
+    assert row["came_from"] == "chat page"
 
 
 def test_the_conversation_page_reads_like_the_chat(admin_client, conversation):
@@ -392,9 +402,9 @@ def test_conversations_are_searched_by_text_and_filtered(admin_client, conversat
     make_turn(other, generations=1, assistant_text="About refunds", model="llama3")
 
     def listed(query):
-        return {row["short_id"] for row in result_rows(admin_client.get(f"/admin/chat/conversation/?{query}"))}
+        return {row["pk"] for row in result_rows(admin_client.get(f"/admin/chat/conversation/?{query}"))}
 
-    mine, theirs = str(conversation.public_id)[:8], str(other.public_id)[:8]
+    mine, theirs = str(conversation.pk), str(other.pk)
     assert listed("q=Paste+the+tag") == {mine}
     assert listed("q=refunds") == {theirs}
     assert listed("turn_status=interrupted") == {mine}
