@@ -376,6 +376,9 @@ def _parse_handoff(frame: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, st
     if not isinstance(email, str):
         return {}, ("bad_handoff", _("That email address is not valid."))
     email = email.strip()
+    # validate_email takes up to 320 characters; Handoff.email holds 254.
+    if len(email) > 254:
+        return {}, ("bad_handoff", _("That email address is not valid."))
     if email:
         try:
             validate_email(email)

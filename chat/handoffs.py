@@ -155,9 +155,13 @@ def notify_soon(handoff_id: int) -> None:
 
 
 async def notify(handoff_id: int) -> None:
-    """Emails Support and calls the webhook; records how each went."""
-    notice = await database_sync_to_async(_notice)(handoff_id)
-    await asyncio.gather(_email(handoff_id, notice), _webhook(handoff_id, notice))
+    """Emails Support and calls the webhook; records how each went. Nobody
+    awaits it for its result: whatever goes wrong is logged here."""
+    try:
+        notice = await database_sync_to_async(_notice)(handoff_id)
+        await asyncio.gather(_email(handoff_id, notice), _webhook(handoff_id, notice))
+    except Exception:
+        logger.exception("handoff=%s: Support could not be told", handoff_id)
 
 
 def _notice(handoff_id: int) -> dict[str, Any]:
@@ -247,8 +251,11 @@ async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
                 await asyncio.sleep(settings.KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS * 2 ** (attempt - 1))
             attempts += 1
             try:
-                response = await client.post(settings.KOOKEE_HANDOFF_WEBHOOK, content=body, headers=headers)
-            except httpx2.HTTPError as exc:
+                # The whole attempt, not each read: a receiver that trickles
+                # its reply must not hold the notice open.
+                async with asyncio.timeout(settings.KOOKEE_HANDOFF_WEBHOOK_TIMEOUT):
+                    response = await client.post(settings.KOOKEE_HANDOFF_WEBHOOK, content=body, headers=headers)
+            except (httpx2.HTTPError, TimeoutError) as exc:
                 logger.warning("handoff=%s: webhook attempt %s failed: %s", handoff_id, attempts, type(exc).__name__)
                 continue
             if response.is_success:

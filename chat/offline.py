@@ -31,7 +31,7 @@ GREETING = re.compile(
 )
 PORTUGUESE_GREETING = re.compile(
     r"^\s*(oi+|ol[aá]|e a[ií]|opa|bom dia|boa tarde|boa noite|obrigad[oa]|valeu|tudo bem)\b"
-    r"[\s!.,?]*\w{0,10}[\s!.?]*$",
+    r"[\s!.,?]*(tudo bem|td bem|\w{0,10})[\s!.?]*$",
     re.IGNORECASE,
 )
 CAPABILITIES = re.compile(
@@ -49,8 +49,9 @@ PERSON = re.compile(
 YES = re.compile(r"^\s*(yes|yeah|yep|sure|ok|okay|please|sim|pode|quero|por favor)\b[\s\w,!.]{0,30}$", re.IGNORECASE)
 # Words that English almost never uses, and Portuguese often does.
 PORTUGUESE_WORDS = frozenset(
-    "não nao você voce vocês como posso pode para uma meu minha está esta é são qual quero "
-    "preciso onde quando porque por que isso fazer tem obrigado obrigada olá ola".split()
+    "não nao você voce vocês como posso pode para uma meu minha meus está esta é são qual quero "
+    "preciso onde quando porque isso fazer tem obrigado obrigada olá ola com que eu um do da dos das "
+    "em sobre consigo tenho pagar".split()
 )
 SEARCH_TOOL = "search_help_center"
 HUMAN_TOOL = "request_human"

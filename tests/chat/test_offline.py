@@ -2,13 +2,14 @@
 openai client, SSE over the in-process transport, the real search tool."""
 
 import io
+import json
 
 import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
 from chat import offline, provider
-from chat.models import Generation, ToolCall
+from chat.models import Generation, Search, ToolCall
 from tests.chat.chat_client import ChatClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,3 +129,47 @@ def test_answers_only_from_tools_when_tools_are_refused():
     reply = offline.respond([{"role": "user", "content": "How do I export data?"}], ["search_help_center"], "none")
     assert reply.queries == []
     assert reply.text == offline.NO_TOOLS_ANSWER
+
+
+# --- no good match, and Portuguese -------------------------------------------------------------
+
+
+async def test_a_question_the_help_center_does_not_answer_offers_a_person(chat):
+    turn_id = await chat.ask("Can I pay with bitcoin?")
+    ended = await chat.finish(turn_id)
+
+    assert (ended["status"], ended["generations"]) == ("completed", 2)
+    assert ended["sources"] == []  # the closest articles are not sources
+    said = offline.SAID["en"]
+    assert chat.text_of(turn_id) == f"{said['narration']}\n\n{said['not_covered']} {offline.OFFER['en']}"
+    [(round_number, arguments)] = await tool_calls_of(turn_id)
+    assert round_number == 1
+    assert json.loads(arguments) == {"query": "Can I pay with bitcoin?"}
+    [search] = await database_sync_to_async(list)(Search.objects.filter(turn_id=turn_id))
+    assert (search.matched, search.cited, search.article_ids) == (False, False, [])
+    assert "handoff" not in ended  # offered, not requested
+
+
+async def test_an_answered_question_still_cites_its_article(chat):
+    turn_id = await chat.ask("Can I get my money back if I cancel?")
+    ended = await chat.finish(turn_id)
+    assert [s["url"] for s in ended["sources"]] == ["/help/refund-policy/"]
+    assert offline.OFFER["en"] not in chat.text_of(turn_id)
+
+
+@pytest.mark.parametrize("greeting", ["oi", "Olá!", "bom dia", "Boa noite!"])
+async def test_a_portuguese_greeting_is_answered_in_portuguese(chat, greeting):
+    turn_id = await chat.ask(greeting)
+    ended = await chat.finish(turn_id)
+    assert (ended["status"], ended["generations"]) == ("completed", 1)
+    assert chat.text_of(turn_id) == offline.SAID["pt"]["greeting"]
+    assert await tool_calls_of(turn_id) == []
+
+
+@pytest.mark.parametrize("greeting", ["hello", "Good morning!", "hey there"])
+async def test_an_english_greeting_stays_english(chat, greeting):
+    turn_id = await chat.ask(greeting)
+    ended = await chat.finish(turn_id)
+    assert ended["generations"] == 1
+    assert chat.text_of(turn_id) == offline.GREETING_ANSWER
+    assert chat.text_of(turn_id) != offline.SAID["pt"]["greeting"]

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from chat import help_center as help_center_module
+from chat import search
 from chat.models import HelpArticle
-from chat.tools import search_help_center_sync
+from chat.tools import NO_GOOD_MATCH, RESULTS, search_help_center_sync
 
 # Written by the content author with the articles.
 AUTHOR_QUESTIONS = json.loads((Path(__file__).parent / "search_questions.json").read_text())
@@ -87,3 +89,151 @@ def test_loading_the_demo_twice_keeps_edits(help_center):
     call_command("load_demo_help_center", stdout=io.StringIO())
     assert HelpArticle.objects.get(slug="refund-policy").title == "Refunds (edited)"
     assert HelpArticle.objects.filter(slug="refund-policy").count() == 1
+
+
+# --- the relevance floor ----------------------------------------------------------------------
+
+# Questions the demo help center does not answer (measured: the floor separates
+# them from the two lists above).
+UNANSWERED_QUESTIONS = [
+    "Can I pay with bitcoin?",
+    "do you have a desktop app for windows?",
+    "what's the weather in Paris today",
+    "how do I bake sourdough bread",
+    "is Kookee HIPAA compliant?",
+    "do you offer a discount for nonprofits",
+    "can I self-host kookee on premise",
+    "does kookee integrate with salesforce",
+    "can I pay by paypal",
+    "what is the meaning of life",
+    "tell me a joke",
+    "do you support right to left languages like arabic",
+    "can I translate the portal into german",
+    "crypto payments",
+]
+ANSWERED_QUESTIONS = [(q["question"], q["slug"]) for q in AUTHOR_QUESTIONS] + OWN_QUESTIONS
+
+
+def slug_of(url):
+    return url.strip("/").split("/")[-1]
+
+
+@pytest.mark.parametrize(("question", "slug"), ANSWERED_QUESTIONS)
+def test_answered_questions_find_their_article_first_above_the_floor(help_center, question, slug):
+    [best, *_] = help_center_module.current_sync().index.hits(question)
+    assert slug_of(best.document.url) == slug
+    assert best.good, (best.relevance, best.coverage, best.strength)
+
+    result = search_help_center_sync(question)
+    assert "no_good_match" not in result
+    assert slug_of(result["articles"][0]["url"]) == slug
+    assert result["top_score"] == result["articles"][0]["score"] == round(best.relevance, 2)
+
+
+@pytest.mark.parametrize("question", UNANSWERED_QUESTIONS)
+def test_unanswered_questions_get_no_good_match(help_center, question):
+    hits = help_center_module.current_sync().index.hits(question)
+    assert not any(hit.good for hit in hits)
+
+    result = search_help_center_sync(question)
+
+    assert set(result) == {"articles", "no_good_match", "top_score", "closest", "note"}
+    assert result["no_good_match"] is True
+    assert result["articles"] == []
+    assert result["note"] == NO_GOOD_MATCH
+    # The closest articles by title and score, with nothing to quote.
+    assert result["closest"] == [
+        {"id": hit.document.id, "title": hit.document.title, "score": round(hit.relevance, 2)} for hit in hits
+    ]
+    scores = [c["score"] for c in result["closest"]]
+    assert scores == sorted(scores, reverse=True)
+    assert result["top_score"] == (scores[0] if scores else None)
+
+
+def test_a_question_that_shares_words_with_articles_still_has_a_top_score(help_center):
+    result = search_help_center_sync("Can I pay with bitcoin?")
+    assert result["no_good_match"] is True
+    assert 0 < result["top_score"] < search.MIN_RELEVANCE
+    assert len(result["closest"]) == RESULTS
+    assert all(set(c) == {"id", "title", "score"} for c in result["closest"])
+
+
+def test_a_question_sharing_no_word_with_any_article_has_no_closest(help_center):
+    result = search_help_center_sync("how do I bake sourdough bread")
+    assert (result["no_good_match"], result["top_score"], result["closest"]) == (True, None, [])
+
+
+def test_only_articles_above_the_floor_are_returned(help_center):
+    question = "How do I download all my posts and votes as a CSV?"
+    hits = help_center_module.current_sync().index.hits(question, limit=RESULTS)
+    returned = [a["id"] for a in search_help_center_sync(question)["articles"]]
+    assert returned == [hit.document.id for hit in hits if hit.good]
+    assert returned  # the question is answered
+
+
+# The floor's rules, at its thresholds (chat/search.py's docstring).
+def hit(relevance, coverage, strength):
+    return search.Hit(search.Document(1, "t", "/help/t/", "b"), relevance, coverage, strength)
+
+
+@pytest.mark.parametrize(
+    ("relevance", "coverage", "strength", "good"),
+    [
+        (search.MIN_RELEVANCE, search.MIN_COVERAGE, 0.0, True),  # enough relevance and coverage
+        (search.MIN_RELEVANCE - 0.01, 1.0, 0.0, False),  # too little relevance
+        (5.0, search.MIN_COVERAGE - 0.01, 0.0, False),  # relevant to the filler words only
+        (search.STRONG_RELEVANCE, 0.1, search.STRONG_STRENGTH, True),  # strong: the missed words are filler
+        (search.STRONG_RELEVANCE - 0.01, 0.1, 9.0, False),
+        (9.0, 0.1, search.STRONG_STRENGTH - 0.01, False),
+    ],
+)
+def test_the_floor_at_its_thresholds(relevance, coverage, strength, good):
+    assert hit(relevance, coverage, strength).good is good
+
+
+def document(number, title, body):
+    return search.Document(number, title, f"/help/{number}/", body)
+
+
+def test_relevance_is_one_for_every_term_once_in_an_article_of_average_length():
+    for filler in (1, 9):  # whatever the size of the help center
+        others = [document(n, f"other{n}", "lorem ipsum dolor sit") for n in range(2, 2 + filler)]
+        index = search.Index([document(1, "First", "alpha beta gamma delta"), *others])
+        [best] = index.hits("beta", limit=1)
+        assert best.document.id == 1
+        assert best.relevance == pytest.approx(1.0)
+        assert best.coverage == pytest.approx(1.0)
+
+
+def test_coverage_is_the_share_of_the_querys_weight_an_article_contains():
+    index = search.Index([document(1, "Paying", "pay by card"), document(2, "Plans", "plans and pricing")])
+    [best] = index.hits("pay bitcoin", limit=1)
+    pay, bitcoin = index._idf("pay"), index._idf("bitcoin")
+    assert bitcoin > pay  # a term no article contains weighs the most
+    assert best.coverage == pytest.approx(pay / (pay + bitcoin))
+    assert best.strength == pytest.approx(best.relevance * (pay + bitcoin) / bitcoin)
+    assert not best.good
+
+
+@pytest.mark.parametrize("articles", [1, 3])
+def test_a_tiny_help_center_answers_a_one_word_query_an_article_contains(db, articles):
+    bodies = [
+        ("Billing", "Download invoices from the billing page."),
+        ("Boards", "Create a board for each product."),
+        ("Widget", "Paste the script tag into your site."),
+    ][:articles]
+    for number, (title, body) in enumerate(bodies):
+        HelpArticle.objects.create(title=title, slug=f"article-{number}", body=body)
+
+    result = search_help_center_sync("invoices")
+
+    assert "no_good_match" not in result
+    assert [a["title"] for a in result["articles"]] == ["Billing"]
+    [best] = help_center_module.current_sync().index.hits("invoices", limit=1)
+    assert best.good
+
+
+def test_normalised_groups_the_same_question_in_other_words():
+    assert search.normalised("Can I pay with bitcoin?") == search.normalised("pay in bitcoins") == "bitcoin pay"
+    assert search.normalised("pay by card") != search.normalised("pay in bitcoins")
+    assert search.normalised("how do I") == ""
