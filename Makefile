@@ -48,18 +48,23 @@ chromium:
 # Translations (locale/): `make messages` finds the strings to translate in
 # the code, templates and scripts, and adds the new ones to the .po files
 # (tests/test_translations.py fails while one has no translation);
-# `compilemessages` builds the .mo files that Django reads (run and test do).
+# `compilemessages` builds the .mo files that Django reads. Both .po and .mo
+# are committed, so that `make run` needs no gettext; run and test rebuild
+# the .mo when gettext is there (the test checks they match their .po).
 MAKEMESSAGES = $(PY) manage.py makemessages -l pt_BR --add-location=file --no-obsolete \
 	-i .venv -i staticfiles -i bench -i tests -i docs -i locale
 messages: export DJANGO_DEBUG ?= true
 messages: $(VENV)/installed gettext
+	@command -v msgfmt >/dev/null || { echo "make messages needs GNU gettext (apt-get install gettext)"; exit 1; }
 	$(MAKEMESSAGES) -d django
 	$(MAKEMESSAGES) -d djangojs
 	$(MAKE) compilemessages
 
 compilemessages: export DJANGO_DEBUG ?= true
 compilemessages: $(VENV)/installed gettext
-	$(PY) manage.py compilemessages -l pt_BR -i .venv -i staticfiles -i bench -v0
+	@if command -v msgfmt >/dev/null; then \
+	  $(PY) manage.py compilemessages -l pt_BR -i .venv -i staticfiles -i bench -v0; \
+	else echo "note: no GNU gettext (msgfmt): using the committed translations"; fi
 
 # GNU gettext (msgfmt, xgettext), which Django's message commands run:
 # installed from Debian's packages when missing and this user may.
@@ -67,10 +72,12 @@ gettext:
 	@command -v msgfmt >/dev/null || { test "$$(id -u)" = 0 && command -v apt-get >/dev/null && \
 	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gettext >/dev/null 2>&1 || \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gettext >/dev/null; }; }; } || \
-	  { echo "GNU gettext is needed (apt-get install gettext)"; exit 1; }
+	  echo "note: no GNU gettext (apt-get install gettext): the translation tests will fail"
 
 # The README's screenshots, from the browser tests' own scenes.
 screenshots: $(VENV)/installed chromium compilemessages
+	@# The thumbs under answers are emoji: without a font for them they show as boxes.
+	@fc-list | grep -qi emoji || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-color-emoji >/dev/null; } || true
 	KOOKEE_SCREENSHOTS_DIR=docs/screenshots $(VENV)/bin/pytest -q tests/e2e/test_screenshots.py tests/e2e/test_admin_pages.py
 
 format: $(VENV)/installed
@@ -79,7 +86,6 @@ format: $(VENV)/installed
 
 clean:
 	rm -rf $(VENV) db.sqlite3 .pytest_cache .secret_key
-	find locale -name '*.mo' -delete
 
 # Benches and the load test serve the app as `make run` does (DEBUG on, a local
 # secret); the performance benches (bench/harness.py) serve it as production

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, OuterRef, Prefetch, Q, Subquery, Sum, Value
+from django.db.models import Count, F, OuterRef, Prefetch, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
@@ -178,9 +178,6 @@ class ConversationAdmin(ModelAdmin):
                 handoff_count=_per_row(Handoff, "conversation", Count("id")),
                 waiting_count=_per_row(Handoff, "conversation", Count("id"), status__in=Handoff.PENDING),
             )
-            # A conversation is what a visitor asked: a page view, or a new
-            # conversation begun and never written to, is not one.
-            .filter(Q(turn_count__gt=0) | Q(handoff_count__gt=0))
         )
         if not _can_see_prices(request):
             return queryset  # nothing to sort by, or to show, by mistake

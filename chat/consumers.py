@@ -51,6 +51,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     idle_timer: asyncio.TimerHandle | None = None
     joined: str | None = None  # the visitor whose turns this tab follows (chat/hub.py)
     language: str = settings.LANGUAGE_CODE  # what this tab's visitor reads (their browser's)
+    replacing: int | None = None  # a full conversation, which the next message leaves for a new one
 
     async def __call__(self, scope, receive, send) -> None:
         self.tab_id = secrets.token_hex(4)
@@ -182,11 +183,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         except LimitReached as limit:
             await self._error(limit.code, limit.message(self.language))
             return
+        except Exception:
+            logger.exception("could not take a request for a person")
+            await self._error("server_error")
+            return
         await self.send_json({"type": "handoff.saved", **handoff})
 
     async def _start_turn(self, text: str) -> None:
         try:
-            self.conversation_id = await turns.start(self.visitor, self.conversation_id, text)
+            self.conversation_id = await turns.start(self.visitor, self.conversation_id, text, self.replacing)
+            self.replacing = None
         except services.Busy:
             await self._busy()
             return
@@ -198,9 +204,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         except LimitReached as limit:
             if limit.code == "conversation_full":
-                self.conversation_id = await database_sync_to_async(services.start_new_conversation)(
-                    self.conversation_id
-                )
+                # The next message begins a new conversation (created with it:
+                # an empty one would be a conversation nobody had).
+                self.replacing, self.conversation_id = self.conversation_id, None
             await self._error(limit.code, limit.message(self.language))
             return
         except Exception:

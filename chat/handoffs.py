@@ -34,6 +34,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
@@ -143,8 +144,13 @@ def _check_rate(network: str) -> None:
 # --- telling Support --------------------------------------------------------------------------
 
 # Notifications in flight: referenced so that they are not collected, and
-# awaited (briefly) at shutdown.
+# awaited (briefly) at shutdown (lifecycle.stop_running_turns).
 tasks: set[asyncio.Task] = set()
+# A notice taken on this long ago and still pending was lost with its
+# process (killed, or stopped mid-retry): the sweeper sends it again. Longer
+# than a notice can take (every webhook attempt and backoff, the email).
+NOTICE_STALE_SECONDS = 300
+SHUTDOWN_WAIT_SECONDS = 5
 
 
 def notify_soon(handoff_id: int) -> None:
@@ -155,13 +161,56 @@ def notify_soon(handoff_id: int) -> None:
 
 
 async def notify(handoff_id: int) -> None:
-    """Emails Support and calls the webhook; records how each went. Nobody
-    awaits it for its result: whatever goes wrong is logged here."""
+    """Emails Support and calls the webhook, whichever is still pending;
+    records how each went. Nobody awaits it for its result: whatever goes
+    wrong is logged here."""
     try:
-        notice = await database_sync_to_async(_notice)(handoff_id)
+        notice = await database_sync_to_async(_claimed_notice)(handoff_id)
+        if notice is None:
+            return  # another process is on it, or nothing is pending
         await asyncio.gather(_email(handoff_id, notice), _webhook(handoff_id, notice))
     except Exception:
         logger.exception("handoff=%s: Support could not be told", handoff_id)
+
+
+async def drain() -> None:
+    """At shutdown: lets the notices in flight finish, for a moment. Those
+    that do not stay pending, and another process's sweeper sends them."""
+    pending = [task for task in tasks if not task.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=SHUTDOWN_WAIT_SECONDS)
+
+
+async def resend_lost() -> int:
+    """From the sweeper: sends again the notices that a process took on and
+    never finished. Returns how many it started."""
+    lost = await database_sync_to_async(_lost_notices)()
+    for handoff_id in lost:
+        notify_soon(handoff_id)
+    if lost:
+        logger.warning("resending %s notice(s) to Support left pending by a lost process", len(lost))
+    return len(lost)
+
+
+def _lost_notices() -> list[int]:
+    stale = timezone.now() - timedelta(seconds=NOTICE_STALE_SECONDS)
+    pending = Q(email_status=Handoff.Delivery.PENDING) | Q(webhook_status=Handoff.Delivery.PENDING)
+    return list(
+        Handoff.objects.filter(pending, notice_claimed_at__lt=stale).order_by("id").values_list("id", flat=True)[:100]
+    )
+
+
+def _claimed_notice(handoff_id: int) -> dict[str, Any] | None:
+    """The notice to send, once this process has taken it on (a conditional
+    update: two sweepers never both send it); None when it is not this
+    process's to send."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=NOTICE_STALE_SECONDS)
+    pending = Q(email_status=Handoff.Delivery.PENDING) | Q(webhook_status=Handoff.Delivery.PENDING)
+    free = Q(notice_claimed_at__isnull=True) | Q(notice_claimed_at__lt=stale)
+    if not Handoff.objects.filter(pending, free, pk=handoff_id).update(notice_claimed_at=now):
+        return None
+    return _notice(handoff_id)
 
 
 def _notice(handoff_id: int) -> dict[str, Any]:
@@ -187,7 +236,10 @@ def _notice(handoff_id: int) -> dict[str, Any]:
 
 
 def _recipients() -> list[str]:
-    """KOOKEE_HANDOFF_EMAILS, or else every active member of Support with an address."""
+    """KOOKEE_HANDOFF_EMAILS, or else every active member of Support with an
+    address; nobody when no email is configured (EMAIL_URL)."""
+    if not settings.EMAIL_URL:
+        return []
     if settings.KOOKEE_HANDOFF_EMAILS:
         return list(settings.KOOKEE_HANDOFF_EMAILS)
     users = get_user_model().objects.filter(is_active=True, groups__name="Support").exclude(email="")

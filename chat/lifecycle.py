@@ -4,7 +4,8 @@ workers).
 
 - At start: the sweeper, which closes and bills the turns a dead process
   left streaming, and tells the tabs that followed them (through the hub,
-  in whichever process they are). It must not wait for a first request: a
+  in whichever process they are); it also resends the notices to Support
+  that such a process never finished (chat/handoffs.py). It must not wait for a first request: a
   process restarted at night, with nobody visiting, still has to reconcile.
 - At shutdown (SIGTERM): stop the running turns, let each save and bill and
   tell every tab that followed it, then end the connections.
@@ -22,7 +23,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from billing import calibration
-from chat import hub, services, turns
+from chat import handoffs, hub, services, turns
 
 logger = logging.getLogger("kookee.lifecycle")
 
@@ -87,6 +88,8 @@ async def stop_running_turns() -> None:
             await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_SECONDS)
         # The turns' last frames, then the closed tabs' unwatch, to other processes.
         await the_hub.drain()
+    # Support's notices in flight (a turn that just asked for a person).
+    await handoffs.drain()
     try:
         await database_sync_to_async(calibration.flush)()  # what this process learnt
     except Exception:
@@ -129,3 +132,5 @@ async def sweep() -> None:
         frame = await database_sync_to_async(services.ended_frame)(turn_id)
         if visitor and frame is not None:
             await hub.announce_ended(visitor, turn_id, frame)
+    # And the notices to Support that a lost process never finished.
+    await handoffs.resend_lost()

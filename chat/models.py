@@ -303,11 +303,14 @@ class Handoff(models.Model):
         _("webhook status"), max_length=8, choices=Delivery, blank=True, default=Delivery.NONE
     )
     webhook_attempts = models.PositiveSmallIntegerField(_("webhook attempts"), default=0)
+    # When a process last took on telling Support (chat/handoffs.py): one that
+    # died or was stopped meanwhile leaves it pending, and the sweeper resends.
+    notice_claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        verbose_name = _("handoff")
-        verbose_name_plural = _("handoffs")
+        verbose_name = _("request for a person")
+        verbose_name_plural = _("requests for a person")
         indexes = [
             models.Index(fields=["status", "created_at"]),
             models.Index(fields=["client_network", "created_at"]),

@@ -24,6 +24,8 @@ from typing import Any
 
 import httpx2
 
+from chat import search
+
 GREETING = re.compile(
     r"^\s*(hi|hello|hey|hiya|howdy|yo|good (morning|afternoon|evening)|thanks?|thank you|ok|okay)\b"
     r"[\s!.,?]*\w{0,10}[\s!.?]*$",
@@ -39,14 +41,22 @@ CAPABILITIES = re.compile(
     r"|o que (voc[eê]|vc) (faz|pode fazer)|quem [eé] (voc[eê]|vc)|como (voc[eê]|vc) pode ajudar",
     re.IGNORECASE,
 )
-# Asking for a person, in English or Portuguese.
+# Asking for a person, in English or Portuguese (matched without accents):
+# explicit words about a person, not any sentence that says "human" or "support".
 PERSON = re.compile(
-    r"\b(talk|speak|chat|connect me)\b.*\b(person|human|someone|agent|support|representative|people)\b"
-    r"|\b(real|live) (person|human|agent)\b|\bhuman\b"
-    r"|\bfalar com\b.*\b(pessoa|humano|atendente|algu[eé]m|suporte)\b|\batendente\b",
+    r"\b(talk|speak|chat)\s+(to|with)\s+(a\s+|an\s+|some\s+|your\s+|a\s+real\s+|a\s+live\s+)?"
+    r"(person|human|agent|someone|somebody|representative|support\s+team|people)\b"
+    r"|\b(real|live)\s+(person|human|agent)\b|\bhuman\s+(agent|being|support)\b"
+    r"|\b(connect|transfer)\s+me\s+to\b"
+    r"|\bfalar\s+com\s+(um\s+|uma\s+|o\s+|a\s+)?(pessoa|humano|atendente|alguem|suporte|equipe)\b"
+    r"|\batendimento\s+humano\b|\bum\s+atendente\b",
     re.IGNORECASE,
 )
-YES = re.compile(r"^\s*(yes|yeah|yep|sure|ok|okay|please|sim|pode|quero|por favor)\b[\s\w,!.]{0,30}$", re.IGNORECASE)
+# Yes to the offer of a person: a reply of yes-words only, not a new question.
+YES_WORDS = frozenset(
+    "yes yeah yep sure ok okay please do it go ahead thanks thank you sim pode ser quero por favor claro "
+    "obrigado obrigada".split()
+)
 # Words that English almost never uses, and Portuguese often does.
 PORTUGUESE_WORDS = frozenset(
     "não nao você voce vocês como posso pode para uma meu minha meus está esta é são qual quero "
@@ -150,9 +160,9 @@ def respond(messages: list[dict[str, Any]], tools: list[str], tool_choice: Any) 
     if last.get("role") == "tool":
         return Reply(_answer_from_results(messages, said))
     can_hand_over = HUMAN_TOOL in tools and tool_choice != "none"
-    if can_hand_over and PERSON.search(question):
+    if can_hand_over and PERSON.search(search.folded(question)):
         return Reply(said["handing_over"], handoff=question)
-    if can_hand_over and YES.match(question) and _offered(messages):
+    if can_hand_over and _yes(question) and _offered(messages):
         # The reason is what the help center could not answer, not "yes".
         return Reply(said["handing_over"], handoff=_last_question(messages[:-1]) or question)
     if GREETING.match(question):
@@ -163,7 +173,7 @@ def respond(messages: list[dict[str, Any]], tools: list[str], tool_choice: Any) 
         return Reply(CAPABILITIES_ANSWER)
     if tool_choice == "none" or SEARCH_TOOL not in tools:
         return Reply(NO_TOOLS_ANSWER)
-    queries = _split_question(question)
+    queries = [_in_english(q) if _language(q) == "pt" else q for q in _split_question(question)]
     return Reply(said["two_questions"] if len(queries) > 1 else said["narration"], queries)
 
 
@@ -181,10 +191,85 @@ def _language(text: str) -> str:
     return "pt" if sum(word in PORTUGUESE_WORDS for word in words) >= 2 else "en"
 
 
+def _yes(question: str) -> bool:
+    words = re.findall(r"\w+", search.folded(question))
+    return bool(words) and all(word in YES_WORDS for word in words)
+
+
 def _offered(messages: list[dict[str, Any]]) -> bool:
     """Whether the answer before the visitor's latest message offered a person."""
     assistant = [m for m in messages[:-1] if m.get("role") == "assistant" and m.get("content")]
     return bool(assistant) and any(offer in str(assistant[-1]["content"]) for offer in OFFER.values())
+
+
+# The help center is in English: a Portuguese question is searched with
+# the English words of its subject, as a real model is asked to (chat/prompt.py).
+# Enough of the help center's vocabulary for the demo, keyed without accents.
+ENGLISH = {
+    "cancelar": "cancel",
+    "cancelamento": "cancel",
+    "assinatura": "subscription",
+    "plano": "plan",
+    "planos": "plans",
+    "preco": "price",
+    "precos": "pricing",
+    "custa": "cost",
+    "custo": "cost",
+    "fatura": "invoice",
+    "faturas": "invoices",
+    "recibo": "receipt",
+    "recibos": "receipts",
+    "reembolso": "refund",
+    "estorno": "refund",
+    "exportar": "export",
+    "dados": "data",
+    "excluir": "delete",
+    "apagar": "delete",
+    "deletar": "delete",
+    "conta": "account",
+    "senha": "password",
+    "quadro": "board",
+    "quadros": "boards",
+    "voto": "vote",
+    "votos": "votes",
+    "votar": "vote",
+    "ideia": "idea",
+    "ideias": "ideas",
+    "instalar": "install",
+    "site": "website",
+    "cor": "color",
+    "cores": "colors",
+    "botao": "button",
+    "equipe": "team",
+    "membros": "members",
+    "usuarios": "users",
+    "chave": "key",
+    "chaves": "keys",
+    "limite": "limit",
+    "limites": "limits",
+    "integracao": "integration",
+    "integracoes": "integrations",
+    "dominio": "domain",
+    "notificacoes": "notifications",
+    "privacidade": "privacy",
+    "importar": "import",
+    "pagar": "pay",
+    "pagamento": "payment",
+    "cartao": "card",
+    "desconto": "discount",
+    "atualizar": "upgrade",
+    "rebaixar": "downgrade",
+    "autenticacao": "authentication",
+    "resumos": "summaries",
+    "status": "statuses",
+}
+
+
+def _in_english(question: str) -> str:
+    """A Portuguese question as the English words of its subject; words it
+    does not know (names: Slack, bitcoin, CSV) are kept."""
+    words = re.findall(r"\w+", search.folded(question))
+    return " ".join(ENGLISH.get(word, word) for word in words)
 
 
 def _split_question(question: str) -> list[str]:

@@ -19,7 +19,8 @@ in touch with a person. Call request_human when the visitor asks for a person, o
 offer. Greetings and small talk need no search. Be brief and friendly.
 
 Answer in the visitor's language: the language of their latest message (Portuguese to a visitor \
-who writes in Portuguese), even though the articles are in English.
+who writes in Portuguese). The articles are in English: search in English, whatever language the \
+visitor writes in.
 
 The help center has these articles:
 {overview}"""

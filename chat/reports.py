@@ -14,7 +14,9 @@ Definitions (also on the pages, and in docs/operations.md):
   grouped by their normalised terms (chat/search.py: lower case, stemmed,
   stopwords out, sorted). A thumbs down or a handoff takes the terms of what
   the turn (or, for a handoff, the conversation) last searched without a
-  good match, else of the visitor's question or reason.
+  good match, else of the visitor's question or reason. One with no words
+  at all (a person asked for before any question, or erased) is counted by
+  the report, not here.
 """
 
 from __future__ import annotations
@@ -198,7 +200,8 @@ def unanswered(period: Period, limit: int = 50) -> list[Gap]:
     for conversation, public_id, when, reason, question in handoffs:
         # What the conversation searched for in vain says more than "yes please".
         terms, text = searched.get(conversation) or _terms_of(reason, question)
-        add(terms, "handoffs", text, when, (conversation, public_id))
+        if terms:  # no question asked, or erased: nothing for an article to answer
+            add(terms, "handoffs", text, when, (conversation, public_id))
 
     ordered = sorted(gaps.values(), key=lambda gap: (-gap.total, -gap.last_seen.timestamp(), gap.terms))
     return ordered[:limit]

@@ -98,12 +98,6 @@ def forget_visitor(visitor: str) -> None:
     privacy_log.info("a visitor started over: key revoked, %s conversation(s) detached", detached)
 
 
-def start_new_conversation(conversation_id: int) -> int:
-    """A fresh conversation for the same visitor, once this one is full."""
-    visitor = Conversation.objects.get(pk=conversation_id).visitor_hash
-    return Conversation.objects.create(visitor_hash=visitor).id
-
-
 def visitors_history(visitor: str, conversation_id: int | None, before: int | None) -> tuple[int | None, dict]:
     """A page of the visitor's conversation (see history_of), and its id:
     found now if another tab of theirs has written first since this one
@@ -195,12 +189,18 @@ def save_feedback(visitor: str, turn_id: int, rating: str, comment: str) -> None
 
 
 def start_turn(
-    visitor: Visitor, conversation_id: int | None, user_text: str, model: str, owner: str = ""
+    visitor: Visitor,
+    conversation_id: int | None,
+    user_text: str,
+    model: str,
+    owner: str = "",
+    replacing: int | None = None,
 ) -> tuple[int, int, list[dict[str, Any]]]:
     """Creates the turn (and, at the visitor's first message, their
     conversation); returns the conversation's id, the turn's id and the
     messages for the first round. `owner` is the channel of the process
-    that runs it.
+    that runs it. `replacing`: a full conversation, which the turn starts
+    a new one after (see conversation_for).
 
     Raises, creating nothing: Busy when a turn of the conversation runs
     already, in any process; LimitReached when the visitor is over a limit;
@@ -210,7 +210,7 @@ def start_turn(
     # report (a query a minute at most, outside the turn's transaction).
     calibration.load(model)
     try:
-        return _start_turn(visitor, conversation_id, user_text, model, owner)
+        return _start_turn(visitor, conversation_id, user_text, model, owner, replacing)
     except IntegrityError:
         # The database holds one streaming turn per conversation: checking
         # first would cost every turn a query, to tell what the insert tells.
@@ -221,9 +221,9 @@ def start_turn(
 
 @transaction.atomic
 def _start_turn(
-    visitor: Visitor, conversation_id: int | None, user_text: str, model: str, owner: str
+    visitor: Visitor, conversation_id: int | None, user_text: str, model: str, owner: str, replacing: int | None
 ) -> tuple[int, int, list[dict[str, Any]]]:
-    conversation = conversation_for(visitor, conversation_id)
+    conversation = conversation_for(visitor, conversation_id, replacing)
     check_turn_allowed(visitor, conversation.id)
     earlier = list(
         conversation.turns.order_by("-started_at", "-id").values_list("user_text", "assistant_text")[
@@ -246,11 +246,16 @@ def _start_turn(
     return conversation.id, turn.id, prompt.messages(reversed(earlier), user_text)
 
 
-def conversation_for(visitor: Visitor, conversation_id: int | None) -> Conversation:
+def conversation_for(visitor: Visitor, conversation_id: int | None, replacing: int | None = None) -> Conversation:
     """The visitor's conversation, locked for this transaction; created at
-    their first message (or request for a person). `conversation_id` is the
-    one their tab knows, None before it knew one. Raises Refused when their
-    key no longer reaches it (they started over, or it was erased)."""
+    their first message (or request for a person), and never before: a
+    conversation is what a visitor asked. `conversation_id` is the one their
+    tab knows, None before it knew one; `replacing`, with None, a full one
+    that a new conversation follows, unless another tab began one already.
+    Raises Refused when their key no longer reaches it (they started over,
+    or it was erased)."""
+    if conversation_id == replacing:
+        conversation_id = None  # full: the visitor's latest, unless another tab began a new one
     if conversation_id is None:
         if RevokedKey.objects.filter(visitor_hash=visitor.hash).exists():
             raise Refused  # started over in another tab since this one connected
@@ -258,6 +263,8 @@ def conversation_for(visitor: Visitor, conversation_id: int | None) -> Conversat
         # this one connected: wait for its transaction, then find its conversation.
         _lock_visitor(visitor.hash)
         conversation_id = conversation_of(visitor.hash)
+        if replacing is not None and conversation_id == replacing:
+            conversation_id = None
     if conversation_id is None:
         return Conversation.objects.create(visitor_hash=visitor.hash, source_url=visitor.page)
     # The lock makes a message racing in from another process wait here;
@@ -516,7 +523,17 @@ def finish_turn(
 def record_searches(turn_id: int, answer: str, calls: Any) -> None:
     """Stores the turn's help-center searches, for the unanswered-questions
     page, and logs each (ids and numbers: never what was searched). `calls`:
-    the round loop's tool calls, or stored ones."""
+    the round loop's tool calls, or stored ones. It runs in the transaction
+    that closes and bills the turn: a fault here is logged and costs the
+    record, never the bill."""
+    try:
+        with transaction.atomic():  # a savepoint
+            _record_searches(turn_id, answer, calls)
+    except Exception:
+        logger.exception("turn=%s: its searches were not recorded", turn_id)
+
+
+def _record_searches(turn_id: int, answer: str, calls: Any) -> None:
     found = []
     for call in calls:
         if call.name != SEARCH_TOOL or call.error:
@@ -581,7 +598,9 @@ class ErasureRefused(Exception):
 def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversation]:
     """Erases what visitors and the model wrote in these conversations (the
     visitor's right to erasure), and the visitor's link to them: texts, tool
-    arguments and results, client addresses; the visitor's key is revoked.
+    arguments and results, search queries, rating comments, the reasons and
+    addresses of requests for a person, the page they came from, client
+    addresses; the visitor's key is revoked.
     Turns are kept, marked erased, with their numbers, for the ledger that
     protects them. Logged, without any of the text. Returns the
     conversations erased.
@@ -599,6 +618,7 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     )
     ToolCall.objects.filter(generation__turn__in=turns).update(arguments="", result="", error="")
     Search.objects.filter(turn__in=turns).update(query="", terms="")
+    Feedback.objects.filter(turn__in=turns).update(comment="")  # the rating stays: it names nobody
     Handoff.objects.filter(conversation__in=conversations).update(reason="", email="", client_network="")
     Conversation.objects.filter(pk__in=[c.pk for c in conversations]).update(visitor_hash="", source_url="")
     turns.update(

@@ -89,7 +89,9 @@ SEARCH_HELP_CENTER = Tool(
     ),
     parameters={
         "type": "object",
-        "properties": {"query": {"type": "string", "description": "What to look for."}},
+        "properties": {
+            "query": {"type": "string", "description": "What to look for, in English (the articles' language)."}
+        },
         "required": ["query"],
     },
     run=_search_help_center,

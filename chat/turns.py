@@ -120,10 +120,11 @@ class ShuttingDown(Exception):
     page reconnects to one)."""
 
 
-async def start(visitor: Any, conversation_id: int | None, text: str) -> int:
+async def start(visitor: Any, conversation_id: int | None, text: str, replacing: int | None = None) -> int:
     """Starts a turn of the visitor's conversation (created at their first
     message) in this process: stores it, and runs it in its own task, which
     every tab of the visitor follows. Returns the conversation's id.
+    `replacing`: a full conversation that this turn begins a new one after.
 
     Raises services.Busy, services.Refused, LimitReached or ShuttingDown,
     starting nothing.
@@ -133,7 +134,7 @@ async def start(visitor: Any, conversation_id: int | None, text: str) -> int:
         raise ShuttingDown
     owner = await the_hub.start()
     conversation_id, turn_id, messages = await database_sync_to_async(services.start_turn)(
-        visitor, conversation_id, text, provider.model_name(), owner
+        visitor, conversation_id, text, provider.model_name(), owner, replacing
     )
     broadcast = await the_hub.own(turn_id, visitor.hash)
     broadcast.task = asyncio.create_task(run_turn(broadcast, messages))

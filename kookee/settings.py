@@ -286,8 +286,15 @@ KOOKEE_HANDOFFS_PER_HOUR_PER_NETWORK = env.int("KOOKEE_HANDOFFS_PER_HOUR_PER_NET
 # (https://chat.example.com); unset, they are paths.
 KOOKEE_SITE_URL = env("KOOKEE_SITE_URL", default="")
 # Email (Support's handoff notices): an EMAIL_URL such as
-# smtp+tls://user:password@smtp.example.com:587; the console by default.
-vars().update(env.email_url("EMAIL_URL", default="consolemail://"))
+# smtp+tls://user:password@smtp.example.com:587. Under DEBUG the console by
+# default; in production none unless set (`check --deploy` warns), since the
+# console is the process's log, and logs carry no visitor's words.
+EMAIL_URL = env("EMAIL_URL", default="consolemail://" if DEBUG else "")
+if EMAIL_URL:
+    vars().update(environ.Env.email_url_config(EMAIL_URL))
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.dummy.EmailBackend"
+EMAIL_TIMEOUT = 10  # seconds: a stalled mail server must not hold a thread
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="Kookee chat <kookee@localhost>")
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 # Pace of the offline model: tokens per second and delay before the first one.

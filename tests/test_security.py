@@ -224,10 +224,29 @@ def test_the_deployment_checks_pass_with_production_settings(tmp_path):
         DJANGO_SECRET_KEY=secret_key,
         DJANGO_ALLOWED_HOSTS="chat.example.com",
         DATABASE_URL=f"sqlite:///{tmp_path / 'x.sqlite3'}",
+        EMAIL_URL="smtp+tls://kookee:secret@smtp.example.com:587",
     )
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_production_sends_no_email_to_its_log_and_says_so(tmp_path):
+    # The console backend writes visitors' words (a handoff's reason and
+    # question) to the process's log: production has none unless EMAIL_URL says.
+    production = {
+        "DJANGO_DEBUG": "false",
+        "DJANGO_SECRET_KEY": STRONG,
+        "DJANGO_ALLOWED_HOSTS": "chat.example.com",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'x.sqlite3'}",
+    }
+    backend = manage(
+        "shell", "-v", "0", "-c", "from django.conf import settings; print(settings.EMAIL_BACKEND)", **production
+    )
+    check = manage("check", "--deploy", **production)
+
+    assert backend.stdout.strip() == "django.core.mail.backends.dummy.EmailBackend", backend.stderr
+    assert "chat.W001" in check.stdout + check.stderr
 
 
 def test_production_refuses_to_start_without_a_secret_key(tmp_path):

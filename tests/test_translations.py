@@ -69,6 +69,16 @@ def test_the_translations_keep_their_placeholders(extracted, domain):
     assert checked.returncode == 0, checked.stderr
 
 
+@pytest.mark.parametrize("domain", ["django", "djangojs"])
+def test_the_committed_translations_are_built_from_their_po(tmp_path, domain):
+    # `make run` reads the committed .mo (no gettext needed): each must be
+    # what its .po compiles to.
+    folder = ROOT / "locale" / "pt_BR" / "LC_MESSAGES"
+    built = tmp_path / f"{domain}.mo"
+    subprocess.run(["msgfmt", "-o", str(built), str(folder / f"{domain}.po")], check=True)
+    assert (folder / f"{domain}.mo").read_bytes() == built.read_bytes(), "run make compilemessages"
+
+
 def test_there_is_something_to_translate(extracted):
     # The extraction itself works: a string from each layer is in.
     django = extracted["django"].read_text()

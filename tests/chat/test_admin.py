@@ -493,3 +493,14 @@ def test_no_admin_page_shows_what_identifies_a_visitor(admin_client):
         page = response.content.decode()
         for secret in (visitor_hash, visitor_hash[:16], "203.0.113.77"):
             assert secret not in page, (url, secret)
+
+
+def test_the_conversation_list_counts_rows_without_computing_each_rows_figures(admin_client):
+    # The page's figures are subqueries for the rows shown; the count of all
+    # rows must not compute them for every conversation (Django drops unused
+    # annotations from count(), unless a filter uses them).
+    make_turn(generations=1)
+    with CaptureQueriesContext(connection) as queries:
+        admin_client.get("/admin/chat/conversation/")
+    counts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT COUNT(*)")]
+    assert counts and not any("chat_turn" in sql or "chat_handoff" in sql for sql in counts)

@@ -569,3 +569,63 @@ def test_a_bad_embed_origin_stops_the_settings(value):
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert "KOOKEE_EMBED_ORIGINS" in result.stderr
+
+
+# --- the page a widget visitor chats from ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reported", "kept"),
+    [
+        ("https://www.example.com/pricing?plan=growth&email=a@b.co#faq", "https://www.example.com/pricing"),
+        ("https://www.example.com", "https://www.example.com/"),
+        ("https://shop.example.org/cart", "https://shop.example.org/cart"),  # *.example.org
+        ("https://user:secret@www.example.com/account", "https://www.example.com/account"),
+        ("https://evil.example.net/phish", ""),  # not allowed to embed the widget
+        ("https://example.org/", ""),  # the wildcard names subdomains only
+        ("javascript:alert(1)", ""),
+        ("ftp://www.example.com/", ""),
+        ("not a url", ""),
+        ("https://www.example.com:99999/", ""),  # a port that cannot be
+        ("http://localhost/embedded-here", "http://localhost/embedded-here"),  # our own host (ALLOWED_HOSTS)
+    ],
+)
+def test_only_a_site_allowed_to_embed_is_kept_as_the_source_page(settings, reported, kept):
+    settings.KOOKEE_EMBED_ORIGINS = ["https://www.example.com", "https://*.example.org"]
+    assert embed.source_page(reported) == kept
+
+
+def test_a_source_page_is_cut_to_its_column(settings):
+    settings.KOOKEE_EMBED_ORIGINS = ["https://www.example.com"]
+    assert len(embed.source_page("https://www.example.com/" + "a" * 1000)) == embed.SOURCE_PAGE_CHARS
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_widget_conversation_keeps_the_page_it_came_from(settings, use_provider):
+    settings.KOOKEE_EMBED_ORIGINS = ["https://www.example.com"]
+    use_provider.queue(answer("Hello!"))
+    page = quote("https://www.example.com/pricing?coupon=SECRET", safe="")
+    path = f"/ws/chat/?token={quote(embed.new_token(), safe='')}&page={page}"
+    client = ChatClient(WebsocketCommunicator(application, path, headers=[(b"origin", ORIGIN)]))
+    client.connected, _ = await client.communicator.connect()
+    try:
+        await client.finish(await client.ask("hi"))
+    finally:
+        await client.close()
+    sources = await database_sync_to_async(lambda: list(Conversation.objects.values_list("source_url", flat=True)))()
+    assert sources == ["https://www.example.com/pricing"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_chat_page_conversation_has_no_source_page_whatever_the_socket_says(use_provider):
+    use_provider.queue(answer("Hello!"))
+    cookie = f"sessionid={await new_session_key()}".encode()
+    path = "/ws/chat/?page=" + quote("http://localhost/pretend", safe="")
+    client = ChatClient(WebsocketCommunicator(application, path, headers=[(b"origin", ORIGIN), (b"cookie", cookie)]))
+    client.connected, _ = await client.communicator.connect()
+    try:
+        await client.finish(await client.ask("hi"))
+    finally:
+        await client.close()
+    # Only the widget's frame reports a page: the chat page is the source.
+    assert await database_sync_to_async(lambda: Conversation.objects.get().source_url)() == ""

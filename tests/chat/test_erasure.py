@@ -25,7 +25,7 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat.admin import ERASED_MESSAGE
-from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
+from chat.models import Conversation, Feedback, Generation, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
 from chat.visitors import hash_key
 
@@ -62,6 +62,7 @@ def make_conversation(visitor_hash: str = VISITOR_HASH, *, status: str = "comple
         )
         if turn.status != "streaming":
             bill_once(turn.id, model="gpt-4o-mini", input_tokens=50 * number, output_tokens=7, estimated=False)
+            Feedback.objects.create(turn=turn, rating="down", comment=f"Call me on SECRET-{number}")
     return conversation
 
 
@@ -106,6 +107,8 @@ def assert_erased(conversation: Conversation) -> None:
     calls = ToolCall.objects.filter(generation__turn__conversation=conversation)
     assert [(c.arguments, c.result, c.error) for c in calls] == [("", "", "")] * 2
     assert [c.name for c in calls] == ["search_help_center"] * 2  # what was called stays
+    ratings = Feedback.objects.filter(turn__conversation=conversation)
+    assert [(f.rating, f.comment) for f in ratings] == [("down", "")] * ratings.count()  # the verdict stays
     conversation.refresh_from_db()
     assert conversation.visitor_hash == ""
 

@@ -1079,3 +1079,76 @@ def test_old_requests_lose_their_network(settings):
     assert recent.client_network == "203.0.113.7/32"
     # Only the network goes: what the visitor asked for stays until erased.
     assert (old.reason, old.email) == ("SECRET reason", "secret@example.com")
+
+
+# --- notices a process did not finish ----------------------------------------------------------
+
+
+def a_pending_request(claimed_minutes_ago: float | None, **fields) -> Handoff:
+    conversation = Conversation.objects.create(visitor_hash="someone")
+    claimed = None if claimed_minutes_ago is None else timezone.now() - timedelta(minutes=claimed_minutes_ago)
+    return Handoff.objects.create(
+        conversation=conversation,
+        source=Handoff.Source.VISITOR,
+        reason="Lost with its process",
+        email_status=Handoff.Delivery.PENDING,
+        notice_claimed_at=claimed,
+        **fields,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_notice_its_process_never_finished_is_sent_again_once(mailoutbox):
+    lost = await database_sync_to_async(a_pending_request)(claimed_minutes_ago=10)
+    await database_sync_to_async(a_pending_request)(claimed_minutes_ago=1)  # still being sent elsewhere
+
+    assert await handoffs.resend_lost() == 1
+    await notified()
+    assert await handoffs.resend_lost() == 0  # sent: nothing pending any more
+
+    assert [m.subject for m in mailoutbox] == [f"Kookee chat: a visitor asks for a person (#{lost.id})"]
+    lost = await database_sync_to_async(Handoff.objects.get)(pk=lost.pk)
+    assert lost.email_status == Handoff.Delivery.SENT
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_two_processes_never_both_send_a_notice(mailoutbox):
+    lost = await database_sync_to_async(a_pending_request)(claimed_minutes_ago=10)
+
+    first = await database_sync_to_async(handoffs._claimed_notice)(lost.id)
+    second = await database_sync_to_async(handoffs._claimed_notice)(lost.id)
+
+    assert first is not None and first["id"] == lost.id
+    assert second is None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_only_what_is_still_pending_is_sent_again(receiver, mailoutbox):
+    lost = await database_sync_to_async(a_pending_request)(
+        claimed_minutes_ago=10, webhook_status=Handoff.Delivery.PENDING
+    )
+    await database_sync_to_async(Handoff.objects.filter(pk=lost.pk).update)(email_status=Handoff.Delivery.SENT)
+
+    await handoffs.resend_lost()
+    await notified()
+
+    assert mailoutbox == []  # the email had gone
+    assert len(receiver.requests) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_shutdown_waits_a_moment_for_notices_then_leaves_them_to_the_sweeper(receiver, monkeypatch):
+    monkeypatch.setattr(handoffs, "SHUTDOWN_WAIT_SECONDS", 0.2)
+    receiver.replies = [HANG]
+    request = await database_sync_to_async(a_pending_request)(
+        claimed_minutes_ago=None, webhook_status=Handoff.Delivery.PENDING
+    )
+    handoffs.notify_soon(request.id)
+    await receiver.wait_for(1)
+
+    async with asyncio.timeout(2):
+        await handoffs.drain()  # bounded, though the receiver hangs
+
+    stored = await database_sync_to_async(Handoff.objects.get)(pk=request.pk)
+    assert stored.webhook_status == Handoff.Delivery.PENDING and stored.notice_claimed_at is not None
+    receiver.release.set()

@@ -255,6 +255,9 @@ async def test_a_full_conversation_makes_way_for_a_new_one(visitors, use_provide
     use_provider.queue(answer("ok", 600, 10), answer("A fresh start."))
     first = await chat.finish(await chat.ask("a long question"))
     await refused(chat, "conversation_full")
+    assert await conversation_count() == 1  # the new one begins with its first message
+    await chat.send({"type": "history"})  # as the page asks on every connect
+    assert len((await chat.receive_until("history"))["turns"]) == 1
 
     second = await chat.ask("hello again")
     assert (await chat.finish(second))["status"] == "completed"
@@ -269,6 +272,11 @@ async def test_a_full_conversation_makes_way_for_a_new_one(visitors, use_provide
     assert await conversations() == (True, True)
     # The new conversation starts without the old one's history.
     assert [m["role"] for m in use_provider.requests[1].body["messages"]] == ["system", "user"]
+
+
+@database_sync_to_async
+def conversation_count() -> int:
+    return Conversation.objects.count()
 
 
 # --- daily budgets an abuser cannot reset ----------------------------------------------------

@@ -40,3 +40,31 @@ def test_existing_keys_become_keyed_hashes_and_empty_conversations_go():
     # Back to the present, for the tests that follow.
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_conversations_nobody_wrote_to_go_but_the_last_days():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    before, after = [("chat", "0009_support_loop")], [("chat", "0010_drop_empty_conversations")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Conversation, Turn = old.get_model("chat", "Conversation"), old.get_model("chat", "Turn")
+    Handoff = old.get_model("chat", "Handoff")
+    long_ago = timezone.now() - timedelta(days=3)
+    talked, asked, empty, recent = (Conversation.objects.create(visitor_hash=f"v{n}") for n in range(4))
+    Conversation.objects.filter(pk__in=[talked.pk, asked.pk, empty.pk]).update(created_at=long_ago)
+    Turn.objects.create(conversation=talked, user_text="hi", model="m")
+    Handoff.objects.create(conversation=asked, source="visitor")
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(after)
+
+    Conversation = executor.loader.project_state(after).apps.get_model("chat", "Conversation")
+    assert set(Conversation.objects.values_list("pk", flat=True)) == {talked.pk, asked.pk, recent.pk}
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

@@ -173,3 +173,61 @@ async def test_an_english_greeting_stays_english(chat, greeting):
     assert ended["generations"] == 1
     assert chat.text_of(turn_id) == offline.GREETING_ANSWER
     assert chat.text_of(turn_id) != offline.SAID["pt"]["greeting"]
+
+
+async def test_a_portuguese_question_is_searched_in_english_and_answered_in_portuguese(chat):
+    turn_id = await chat.ask("Como exportar meus dados para CSV?")
+    ended = await chat.finish(turn_id)
+
+    [(_, arguments)] = await tool_calls_of(turn_id)
+    assert json.loads(arguments) == {"query": "como export meus data para csv"}  # the help center's words
+    assert chat.text_of(turn_id).startswith(offline.SAID["pt"]["narration"])
+    assert offline.SAID["pt"]["found"] in chat.text_of(turn_id)
+    assert [s["url"] for s in ended["sources"]] == ["/help/export-your-data/"]
+
+
+async def test_a_portuguese_question_the_help_center_does_not_answer_offers_a_person_in_portuguese(chat):
+    turn_id = await chat.ask("Posso pagar com bitcoin?")
+    ended = await chat.finish(turn_id)
+
+    said = offline.SAID["pt"]
+    assert chat.text_of(turn_id) == f"{said['narration']}\n\n{said['not_covered']} {offline.OFFER['pt']}"
+    assert ended["sources"] == []
+
+
+TOOLS_OFFERED = ["search_help_center", "request_human"]
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Is the public roadmap human-readable?",
+        "How do I chat with customers in the widget, like support does?",
+        "Who should I talk to about the API rate limits?",
+    ],
+)
+def test_only_an_explicit_request_hands_over(question):
+    reply = offline.respond([{"role": "user", "content": question}], TOOLS_OFFERED, "auto")
+    assert reply.handoff is None and reply.queries
+
+
+@pytest.mark.parametrize(
+    ("answer", "handed_over"),
+    [
+        ("yes please", True),
+        ("Sim, por favor!", True),
+        ("ok", True),
+        ("ok how do I export my data", False),
+        ("sure. what are the plans?", False),
+        ("quero exportar meus dados", False),
+    ],
+)
+def test_only_a_plain_yes_takes_up_the_offer_of_a_person(answer, handed_over):
+    offer = f"{offline.SAID['en']['not_covered']} {offline.OFFER['en']}"
+    messages = [
+        {"role": "user", "content": "Can I pay with bitcoin?"},
+        {"role": "assistant", "content": offer},
+        {"role": "user", "content": answer},
+    ]
+    reply = offline.respond(messages, TOOLS_OFFERED, "auto")
+    assert (reply.handoff == "Can I pay with bitcoin?") is handed_over

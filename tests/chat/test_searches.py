@@ -16,6 +16,7 @@ from channels.db import database_sync_to_async
 from django.core.management import call_command
 from django.utils import timezone
 
+from billing.models import LedgerEntry
 from chat import search, services
 from chat.models import Conversation, Generation, HelpArticle, Search, ToolCall, Turn
 from chat.tools import search_help_center_sync
@@ -345,3 +346,21 @@ def test_the_sweeper_stores_the_searches_of_a_turn_it_closes():
     # Once: a second sweep finds nothing to close.
     assert services.close_stale_turns(stale_after_seconds=30) == []
     assert Search.objects.filter(turn=turn).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_search_that_cannot_be_recorded_costs_the_record_not_the_bill(chat, use_provider, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the search table is gone")
+
+    monkeypatch.setattr(services, "_record_searches", broken)
+    use_provider.queue(
+        tool_round([("call_1", "search_help_center", {"query": "install the widget"})]),
+        answer("Paste the snippet."),
+    )
+    turn_id = await chat.ask("How do I install the widget?")
+    ended = await chat.finish(turn_id)
+
+    assert ended["status"] == "completed"
+    assert await database_sync_to_async(LedgerEntry.objects.filter(turn_id=turn_id).count)() == 1
+    assert "its searches were not recorded" in caplog.text

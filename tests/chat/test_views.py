@@ -239,3 +239,51 @@ def test_an_unknown_article_is_not_found(client):
     HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
 
     assert client.get("/help/no-such-article/").status_code == 404
+
+
+# --- /help/: the help center for visitors -------------------------------------------------------
+
+
+def help_links(page: str) -> list[str]:
+    return re.findall(r'<li><a href="(/help/[^"]+)">', page)
+
+
+def test_the_help_index_lists_every_published_article_by_title(client):
+    HelpArticle.objects.create(title="Refund policy", slug="refund-policy", body="Within 14 days.")
+    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
+    HelpArticle.objects.create(title="A draft", slug="a-draft", body="Not yet.", published=False)
+
+    response = client.get("/help/")
+
+    assert response.status_code == 200
+    assert help_links(response.content.decode()) == ["/help/install-widget/", "/help/refund-policy/"]
+    assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+def test_the_help_index_searches_as_the_assistant_does(client):
+    HelpArticle.objects.create(title="Refund policy", slug="refund-policy", body="Refunds within 14 days.")
+    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste the tag.")
+
+    found = client.get("/help/", {"q": "how do refunds work"}).content.decode()
+    nothing = client.get("/help/", {"q": "bitcoin"}).content.decode()
+
+    assert help_links(found) == ["/help/refund-policy/"]
+    assert "Refunds within 14 days." in found  # the snippet
+    assert help_links(nothing) == []
+    assert "No article answers that yet." in nothing
+
+
+def test_a_help_search_is_shown_escaped_and_cut(client):
+    page = client.get("/help/", {"q": f"{IMG}{'x' * 300}"}).content.decode()
+
+    assert IMG not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "x" * 201 not in page  # the query is cut at 200 characters
+
+
+def test_an_article_links_back_to_the_help_index(client):
+    HelpArticle.objects.create(title="Refund policy", slug="refund-policy", body="Within 14 days.")
+
+    page = client.get("/help/refund-policy/").content.decode()
+
+    assert 'href="/help/"' in page and 'href="/"' in page
