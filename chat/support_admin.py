@@ -381,6 +381,9 @@ class FiguresPage(ModelAdmin):
     title = ""
     fields = ["id"]  # no form: nothing of the model is shown but the figures
 
+    class Media:
+        css = CSS
+
     def has_add_permission(self, request) -> bool:
         return False
 
@@ -429,9 +432,6 @@ class UnansweredQuestionAdmin(FiguresPage):
     template = "admin/chat/unanswered.html"
     title = _("Unanswered questions")
 
-    class Media:
-        css = CSS
-
     def figures(self, period: reports.Period) -> dict:
         return {"gaps": reports.unanswered(period)}
 
@@ -442,9 +442,6 @@ class SupportReportAdmin(FiguresPage):
 
     template = "admin/chat/support_report.html"
     title = _("Support report")
-
-    class Media:
-        css = CSS
 
     def figures(self, period: reports.Period) -> dict:
         return {"figures": reports.figures(period)}
