@@ -29,7 +29,7 @@ from billing import calibration, charts, days, exports, reports
 from billing.models import Calibration, LedgerEntry, Price
 from billing.services import price_for
 from billing.templatetags.billing_admin import grouped, money, rate
-from kookee.admin import ModelAdmin
+from kookee.admin import ModelAdmin, WrittenByTheApp
 
 CHART_DAYS = 30
 MAX_CHART_DAYS = 366
@@ -151,19 +151,6 @@ def warn_unpriced(request: HttpRequest, admin_site) -> None:
                 url=prices,
             ),
         )
-
-
-class WrittenByTheApp:
-    """Rows the app writes and nobody edits, superusers included."""
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(LedgerEntry)

@@ -31,7 +31,7 @@ from django.utils.translation import gettext_lazy as _
 from chat import reports
 from chat.models import Feedback, Handoff, Search, SupportReport, ToolCall, UnansweredQuestion
 from chat.sources import search_results, used_articles
-from kookee.admin import ModelAdmin
+from kookee.admin import ModelAdmin, WrittenByTheApp
 
 CSS = {"all": ["chat/admin.css"]}
 
@@ -65,9 +65,10 @@ class FeedbackRatingFilter(admin.SimpleListFilter):
 
 
 @admin.register(Feedback)
-class FeedbackAdmin(ModelAdmin):
+class FeedbackAdmin(WrittenByTheApp, ModelAdmin):
     """Support's review queue: what visitors said of the answers, thumbs
-    down first to read, with the articles each answer used."""
+    down first to read, with the articles each answer used. Nobody edits a
+    rating: the visitor's own words."""
 
     list_display = ["updated", "rating_badge", "question", "comment_excerpt", "articles", "turn_link"]
     list_filter = [FeedbackRatingFilter, "updated_at"]
@@ -85,15 +86,6 @@ class FeedbackAdmin(ModelAdmin):
     def get_queryset(self, request):
         calls = ToolCall.objects.only("generation_id", "name", "result")
         return super().get_queryset(request).prefetch_related(Prefetch("turn__generations__tool_calls", queryset=calls))
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False  # the visitor's own words
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description=_("rated"), ordering="updated_at")
     def updated(self, obj) -> str:
@@ -327,7 +319,7 @@ def _apply(move: str, queryset, user) -> int:
 
 
 @admin.register(Search)
-class SearchAdmin(ModelAdmin):
+class SearchAdmin(WrittenByTheApp, ModelAdmin):
     """Every help-center search the model made: whether it found an article
     above the floor, and whether the answer cited one."""
 
@@ -341,15 +333,6 @@ class SearchAdmin(ModelAdmin):
 
     class Media:
         css = CSS
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description=_("searched"), ordering="created_at")
     def searched(self, obj) -> str:
@@ -373,7 +356,7 @@ class SearchAdmin(ModelAdmin):
         return format_html('<a href="{}">{}</a>', url, _("Turn %(id)s") % {"id": obj.turn_id})
 
 
-class FiguresPage(ModelAdmin):
+class FiguresPage(WrittenByTheApp, ModelAdmin):
     """An admin entry that is a page of figures, not a list: its view
     permission opens it; nothing can be added, changed or deleted."""
 
@@ -383,15 +366,6 @@ class FiguresPage(ModelAdmin):
 
     class Media:
         css = CSS
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def get_urls(self):
         name = f"{self.opts.app_label}_{self.opts.model_name}"

@@ -68,6 +68,20 @@ class ModelAdmin(OfferedLookupsOnly, admin.ModelAdmin):
     """The base of every ModelAdmin in the project."""
 
 
+class WrittenByTheApp:
+    """A ModelAdmin mixin for rows the app writes and nobody edits,
+    superusers included (the ledger, ratings, searches, pages of figures)."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 # django.contrib.auth's admins, unchanged but for the policy: a superuser's
 # user list would otherwise answer ?password__startswith=.
 class UserAdmin(OfferedLookupsOnly, auth_admin.UserAdmin):
