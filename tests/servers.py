@@ -13,6 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+SHUTDOWN_SECONDS = 30
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -58,7 +61,14 @@ def daphne(tmp_path: Path, port: int | None = None, server: str = "daphne", **en
         yield f"127.0.0.1:{port}", database, process
     finally:
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            # The app's own shutdown may take its connections' grace
+            # (chat/lifecycle.py, 15 s) on a loaded machine: wait past it.
+            process.wait(timeout=SHUTDOWN_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()  # never left running into the next test
+            process.wait(timeout=10)
+            raise
 
 
 def _wait_until_listening(port: int, process: subprocess.Popen) -> None:

@@ -61,3 +61,6 @@ def test_the_widget_bubble_speaks_portuguese(kookee, customer_sites, portuguese)
     page.get_by_role("button", name="Ajuda", exact=True).click()
     frame = page.frame_locator("iframe[title='Chat de ajuda da Kookee']")
     expect(frame.get_by_role("button", name="Falar com uma pessoa")).to_be_visible()
+    # Connected (the server has answered its history) before the test ends.
+    expect(frame.get_by_role("button", name="Falar com uma pessoa")).to_be_enabled()
+    expect(frame.get_by_role("button", name="Enviar sua pergunta")).to_be_enabled()
