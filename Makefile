@@ -3,8 +3,10 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # daphne by default; `make run SERVER=uvicorn` for the cheaper option (docs/benchmarks.md).
+# No access log from either: its lines carry query strings (a visitor's
+# search on /help/?q=...), and logs carry no visitor's words.
 SERVER ?= daphne
-SERVE_daphne = $(VENV)/bin/daphne -b $(HOST) -p $(PORT) kookee.asgi:application
+SERVE_daphne = $(VENV)/bin/daphne -b $(HOST) -p $(PORT) --access-log /dev/null kookee.asgi:application
 SERVE_uvicorn = $(VENV)/bin/uvicorn --host $(HOST) --port $(PORT) --lifespan on --no-access-log kookee.asgi:application
 
 .PHONY: run superuser test format bench load clean chromium screenshots messages compilemessages gettext

@@ -6,6 +6,7 @@ there, and finance never sees it (nor loads it)."""
 
 from __future__ import annotations
 
+import re
 from datetime import date, timedelta
 
 from django import forms
@@ -19,7 +20,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, Strea
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import formats, timezone
-from django.utils.dateparse import parse_date
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext, gettext_noop, ngettext
@@ -33,6 +33,47 @@ from kookee.admin import ModelAdmin, WrittenByTheApp
 
 CHART_DAYS = 30
 MAX_CHART_DAYS = 366
+
+
+# The days a date filter may name: wider than any ledger, and far enough
+# inside date.min and date.max that the day after `until`, the chart's days
+# before it and midnight in any time zone all exist.
+FIRST_DAY, LAST_DAY = date(1900, 1, 1), date(9998, 12, 31)
+ISO_DAY = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+# Enough of a refused value to recognise it by, in the 400's message.
+SHOWN_CHARS = 40
+
+
+class BadDate(Exception):
+    """A date filter's value that names no day the ledger can count from.
+
+    Deliberately not an IncorrectLookupParameters: for that, the list page
+    redirects to ?e=1, whose page blames the database. Every ledger page
+    answers 400 instead, and says which value is wrong."""
+
+
+def _parse_day(param: str, value: str) -> date:
+    """`value` as a day between FIRST_DAY and LAST_DAY; BadDate otherwise."""
+    shown = {"param": param, "value": repr(value if len(value) <= SHOWN_CHARS else value[:SHOWN_CHARS] + "…")}
+    match = ISO_DAY.fullmatch(value)
+    try:
+        day = date(*map(int, match.groups())) if match else None
+    except ValueError:  # 2026-02-30, 0000-01-01
+        day = None
+    if day is None:
+        raise BadDate(gettext("%(param)s: %(value)s is not a date (YYYY-MM-DD).") % shown)
+    if not FIRST_DAY <= day <= LAST_DAY:
+        message = gettext("%(param)s: %(value)s is out of range (%(first)s to %(last)s).")
+        raise BadDate(message % {**shown, "first": FIRST_DAY.isoformat(), "last": LAST_DAY.isoformat()})
+    return day
+
+
+def _bad_filter(reason: Exception) -> HttpResponseBadRequest:
+    return HttpResponseBadRequest(gettext("Bad filter: %(reason)s") % {"reason": reason}, content_type="text/plain")
+
+
+# What a ledger page's filters can raise: each is the request's fault.
+BAD_FILTER = (IncorrectLookupParameters, ValidationError, BadDate)
 
 
 class DateRangeFilter(admin.FieldListFilter):
@@ -57,13 +98,7 @@ class DateRangeFilter(admin.FieldListFilter):
 
     def _date(self, param: str) -> date | None:
         value = (self.used_parameters.get(param) or [""])[-1]
-        if not value:
-            return None
-        day = parse_date(value) if len(value) == 10 else None
-        if day is None:
-            message = gettext("%(param)s: %(value)s is not a date (YYYY-MM-DD).")
-            raise IncorrectLookupParameters(message % {"param": param, "value": repr(value)})
-        return day
+        return _parse_day(param, value) if value else None
 
     def expected_parameters(self) -> list[str]:
         return [self.param_since, self.param_until]
@@ -265,7 +300,10 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{view}")
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
-        response = super().changelist_view(request, extra_context)
+        try:
+            response = super().changelist_view(request, extra_context)
+        except BadDate as e:
+            return _bad_filter(e)
         context = getattr(response, "context_data", None)
         if not context or "cl" not in context:
             return response  # a redirect, or the page for broken filters
@@ -304,8 +342,8 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
     def monthly_view(self, request: HttpRequest) -> HttpResponse:
         try:
             cl = self._filtered(request)
-        except IncorrectLookupParameters as e:
-            return HttpResponseBadRequest(gettext("Bad filter: %(reason)s") % {"reason": e}, content_type="text/plain")
+        except BAD_FILTER as e:
+            return _bad_filter(e)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -324,8 +362,8 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
     def conversations_view(self, request: HttpRequest) -> HttpResponse:
         try:
             cl = self._filtered(request)
-        except (IncorrectLookupParameters, ValidationError) as e:
-            return HttpResponseBadRequest(gettext("Bad filter: %(reason)s") % {"reason": e}, content_type="text/plain")
+        except BAD_FILTER as e:
+            return _bad_filter(e)
         rows = reports.by_conversation(cl.queryset, PER_CONVERSATION_ROWS)
         changelist = self._url("changelist")
         for row in rows:
@@ -348,8 +386,8 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
     def export_view(self, request: HttpRequest) -> HttpResponse:
         try:
             cl = self._filtered(request)
-        except IncorrectLookupParameters as e:
-            return HttpResponseBadRequest(gettext("Bad filter: %(reason)s") % {"reason": e}, content_type="text/plain")
+        except BAD_FILTER as e:
+            return _bad_filter(e)
         chunks = exports.csv_chunks(cl.queryset)
         content = exports.in_sync_thread(chunks) if isinstance(request, ASGIRequest) else chunks
         response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")

@@ -1,7 +1,10 @@
 from django.apps import AppConfig
 from django.conf import settings
 from django.core import checks
+from django.core.mail.backends.console import EmailBackend as ConsoleBackend
+from django.core.mail.backends.filebased import EmailBackend as FileBackend
 from django.db.models.signals import post_migrate
+from django.utils.module_loading import import_string
 from django.utils.translation import gettext_lazy as _
 
 
@@ -12,6 +15,7 @@ class ChatConfig(AppConfig):
     def ready(self) -> None:
         post_migrate.connect(_ensure_roles, sender=self)
         checks.register(_email_is_configured, checks.Tags.compatibility, deploy=True)
+        checks.register(_email_is_not_printed, checks.Tags.security, deploy=True)
 
 
 def _ensure_roles(**kwargs) -> None:
@@ -33,3 +37,29 @@ def _email_is_configured(app_configs, **kwargs) -> list[checks.CheckMessage]:
             id="chat.W001",
         )
     ]
+
+
+def _email_is_not_printed(app_configs, **kwargs) -> list[checks.CheckMessage]:
+    """A handoff email quotes the visitor. The console backend delivers it to
+    nobody and prints it into the process's output, the logs: fine with
+    DEBUG, an error in production."""
+    if settings.DEBUG or not _prints_mail(settings.EMAIL_BACKEND):
+        return []
+    return [
+        checks.Error(
+            f"EMAIL_BACKEND is {settings.EMAIL_BACKEND}: with DEBUG off, Support's handoff emails, and the "
+            "visitors' words they quote, are printed to the process's output instead of sent to Support.",
+            hint="Set EMAIL_URL to a mail server (smtp+tls://user:password@host:587), or unset it to send no email.",
+            id="chat.E002",
+        )
+    ]
+
+
+def _prints_mail(backend: str) -> bool:
+    try:
+        backend_class = import_string(backend)
+        # The file backend is a console backend whose stream is its own file,
+        # a documented way out (filemail://): not the process's output.
+        return issubclass(backend_class, ConsoleBackend) and not issubclass(backend_class, FileBackend)
+    except (ImportError, TypeError):
+        return False  # not a backend class: Django's own error when a mail is sent

@@ -4,6 +4,7 @@ from django.utils.translation import gettext_lazy as _
 from django.views.i18n import JavaScriptCatalog
 
 from chat import monitoring, views
+from kookee import admin as kookee_admin
 
 # The admin's own name for staff, in its header and page titles.
 admin.site.site_header = _("Kookee chat")
@@ -17,7 +18,7 @@ urlpatterns = [
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["chat"]), name="javascript-catalog"),
     path("help/", views.help_index, name="help-index"),
     path("help/<slug:slug>/", views.help_article, name="help-article"),
-    path("admin/", admin.site.urls),
+    path("admin/", kookee_admin.urls(admin.site)),
     # The operator's: the load balancer's check, and each process's metrics.
     path("healthz", monitoring.healthz, name="healthz"),
     path("metrics", monitoring.metrics_page, name="metrics"),

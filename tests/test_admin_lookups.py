@@ -256,3 +256,21 @@ def test_support_cannot_sort_conversations_by_cost(client, django_user_model, re
         response = client.get("/admin/chat/conversation/", {"o": f"{column}.-{column}"})
         assert response.status_code == 200
         assert "cost" not in str(response.context["cl"].queryset.query)  # not even computed
+
+
+DATED = [model for model in LISTS if admin.site._registry[model].date_hierarchy]
+
+
+@pytest.mark.parametrize("model", DATED, ids=lambda model: model._meta.label)
+@pytest.mark.parametrize(
+    "dates",
+    ["year=9999", "year=9999&{f}__month=12", "year=9999&{f}__month=12&{f}__day=31", "year=0", "year=99999", "year=x"],
+)
+def test_a_date_the_hierarchy_cannot_reach_is_refused_not_a_500(superuser_client, records, model, dates):
+    # Django builds the period's end from it: year 9999 has no next year.
+    field = admin.site._registry[model].date_hierarchy
+    url = changelist(model) + f"?{field}__" + dates.format(f=field)
+
+    response = superuser_client.get(url)
+
+    assert response.status_code in (302, 400), (url, response.status_code)

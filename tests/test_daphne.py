@@ -7,8 +7,12 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import re
 import socket
 import sqlite3
+import subprocess
+import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -306,3 +310,35 @@ def _status(address: str) -> int | str:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
+
+
+def test_make_run_logs_no_query_string(tmp_path):
+    """`make run`'s server, as the Makefile starts it: a visitor's search on
+    /help/?q=... reaches no log line."""
+    from tests.servers import ROOT, free_port
+
+    line = re.search(r"^SERVE_daphne = (.+)$", (ROOT / "Makefile").read_text(), re.MULTILINE).group(1)
+    port = free_port()
+    command = line.replace("$(VENV)/bin/daphne", f"{sys.executable} -m daphne").replace("$(HOST)", "127.0.0.1")
+    database = tmp_path / "db.sqlite3"
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{database}", "DJANGO_DEBUG": "true"}
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), "migrate", "-v0"], env=env, check=True, cwd=ROOT)
+    output = tmp_path / "out.log"
+    with output.open("w") as out:
+        server = subprocess.Popen(
+            command.replace("$(PORT)", str(port)).split(), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/help/?q=my+secret+question") as response:
+                        assert response.status == 200
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and server.poll() is None, output.read_text()
+                    time.sleep(0.2)
+        finally:
+            server.terminate()
+            server.wait(30)
+    assert "secret" not in output.read_text()

@@ -249,6 +249,45 @@ def test_production_sends_no_email_to_its_log_and_says_so(tmp_path):
     assert "chat.W001" in check.stdout + check.stderr
 
 
+def test_deployment_checks_fail_when_production_prints_its_email(tmp_path):
+    # Each handoff email quotes the visitor: printed, it lands in the logs.
+    result = manage(
+        "check",
+        "--deploy",
+        DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY=STRONG,
+        DJANGO_ALLOWED_HOSTS="chat.example.com",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'x.sqlite3'}",
+        EMAIL_URL="consolemail://",
+    )
+
+    assert result.returncode != 0
+    assert "ERRORS:" in result.stderr and "chat.E002" in result.stderr, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("debug", "email_url"),
+    [
+        ("false", "smtp+tls://kookee:secret@smtp.example.com:587"),
+        ("false", "filemail://{tmp_path}/mail"),
+        ("true", "consolemail://"),
+    ],
+)
+def test_deployment_checks_accept_email_that_is_not_printed_or_printed_in_debug(tmp_path, debug, email_url):
+    result = manage(
+        "check",
+        "--deploy",
+        DJANGO_DEBUG=debug,
+        DJANGO_SECRET_KEY=STRONG,
+        DJANGO_ALLOWED_HOSTS="chat.example.com",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'x.sqlite3'}",
+        EMAIL_URL=email_url.format(tmp_path=tmp_path),
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "chat.E002" not in result.stdout + result.stderr
+
+
 def test_production_refuses_to_start_without_a_secret_key(tmp_path):
     result = manage(
         "check",

@@ -488,12 +488,105 @@ def test_the_quick_date_ranges_filter(finance):
     assert listed(ledger(finance, last_7_days["query_string"])) == [recent.pk]
 
 
-def test_a_date_that_is_not_a_date_is_refused(finance):
-    response = finance.get(url(LEDGER) + "?created_at__date__gte=yesterday")
+LEDGER_PAGES = [
+    LEDGER,
+    "billing_ledgerentry_monthly",
+    "billing_ledgerentry_conversations",
+    "billing_ledgerentry_export",
+]
+DATE_PARAMETERS = ["created_at__date__gte", "created_at__date__lte"]
+# Each once raised (ValueError, OverflowError) or was read as a date.
+BAD_DATES = [
+    "2026-02-30",
+    "2026-13-01",
+    "9999-12-31",
+    "0000-01-01",
+    "0001-01-01",
+    "10000-01-01",
+    "abc",
+    "yesterday",
+    "2026-1-1",
+    "20260101",
+    "2026-01-01T00:00",
+    "\uff12\uff10\uff12\uff16-01-01",  # full-width digits
+    "1" * 5000,
+]
 
-    assert response.status_code == 302
-    assert response["Location"].endswith("?e=1")
-    assert finance.get(url("billing_ledgerentry_export") + "?created_at__date__gte=yesterday").status_code == 400
+
+def bad_filter_message(response) -> str:
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/plain")
+    return response.content.decode()
+
+
+@pytest.mark.parametrize("page", LEDGER_PAGES)
+@pytest.mark.parametrize("who", ["finance", "admin_client"])
+def test_a_date_filter_that_names_no_usable_day_is_a_400_on_every_ledger_page(request, page, who):
+    client = request.getfixturevalue(who)
+    make_entry()
+
+    for parameter in DATE_PARAMETERS:
+        for value in BAD_DATES:
+            message = bad_filter_message(client.get(url(page), {parameter: value}))
+
+            assert message.startswith(f"Bad filter: {parameter}: "), (parameter, value)
+            assert len(message) < 200, (parameter, value)  # not the whole of a long value
+
+
+def test_the_400_says_what_a_date_must_look_like_and_which_dates_are_counted(finance):
+    malformed = finance.get(url(LEDGER), {"created_at__date__gte": "2026-02-30"})
+    out_of_range = finance.get(url(LEDGER), {"created_at__date__lte": "9999-12-31"})
+
+    assert (
+        bad_filter_message(malformed) == "Bad filter: created_at__date__gte: '2026-02-30' is not a date (YYYY-MM-DD)."
+    )
+    assert bad_filter_message(out_of_range) == (
+        "Bad filter: created_at__date__lte: '9999-12-31' is out of range (1900-01-01 to 9998-12-31)."
+    )
+
+
+@pytest.mark.parametrize("page", LEDGER_PAGES)
+@pytest.mark.parametrize(
+    ("query", "counted"),
+    [
+        ("?created_at__date__gte=1900-01-01", True),
+        ("?created_at__date__lte=1900-01-01", False),
+        ("?created_at__date__gte=9998-12-31", False),
+        ("?created_at__date__lte=9998-12-31", True),
+        ("?created_at__date__gte=1900-01-01&created_at__date__lte=9998-12-31", True),
+    ],
+)
+def test_the_first_and_last_days_a_filter_may_name_still_count(finance, page, query, counted):
+    entry = make_entry()
+
+    response = finance.get(url(page) + query)
+
+    assert response.status_code == 200
+    if page == LEDGER:
+        assert listed(response) == ([entry.pk] if counted else [])
+
+
+@pytest.mark.parametrize("page", LEDGER_PAGES)
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?created_at__year=10000",
+        "?created_at__year=9999&created_at__month=12&created_at__day=31",
+        "?created_at__month=2&created_at__day=30",
+        "?created_at__date=2026-02-30",
+        "?created_at__date__gt=9999-12-31",
+        "?created_at__gte=2026-02-30",
+        "?created_at__lt=0000-01-01",
+        "?since=2026-02-30",
+        "?until=9999-12-31",
+        "?month=2026-13",
+        "?period=abc",
+    ],
+)
+def test_no_other_date_parameter_reaches_a_ledger_page(admin_client, page, query):
+    # The ledger has no date hierarchy, and its pages read no period of their
+    # own: every other date-ish parameter is a lookup the list does not offer.
+    assert admin_client.get(url(page) + query).status_code == 400
 
 
 @pytest.mark.parametrize(
