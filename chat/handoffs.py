@@ -13,8 +13,16 @@ The webhook's payload (docs/operations.md, "Handoff to a person"):
      "handoff": {"id", "source", "reason", "email", "created_at", "admin_url",
                  "conversation": {"id", "source_url", "admin_url", "last_question"}}}
 
-signed with KOOKEE_HANDOFF_WEBHOOK_SECRET, when set, in
-`X-Kookee-Signature: sha256=<hex HMAC of the body>`.
+signed with KOOKEE_HANDOFF_WEBHOOK_SECRET, when set, at each attempt, in
+`X-Kookee-Webhook-Signature: t=<unix seconds>,sha256=<hex HMAC of "t." + body>`:
+the time lets a receiver refuse a request recorded and replayed. The old
+`X-Kookee-Signature: sha256=<hex HMAC of the body>` is sent too while
+KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE is true (deprecated).
+
+The email puts our links and fields first, then what was written in the chat
+(the reason, the last question, an unusual address or page), every line of
+it quoted with "> ": a visitor's line breaks cannot make their words pass
+for ours.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ import hashlib
 import hmac
 import json
 import logging
+import re
+import time
+import unicodedata
 from datetime import timedelta
 from typing import Any
 
@@ -270,21 +281,79 @@ async def _email(handoff_id: int, notice: dict[str, Any]) -> None:
 def _message(notice: dict[str, Any]) -> tuple[str, str]:
     # Staff read it: in the site's language, whoever the visitor is.
     with translation.override(settings.LANGUAGE_CODE):
-        conversation = notice["conversation"]
-        lines = [
-            _("A visitor asked to talk to a person.")
-            if notice["source"] == Handoff.Source.VISITOR
-            else _("The assistant handed a conversation over to a person."),
-            "",
-            _("Reason: %(reason)s") % {"reason": notice["reason"] or "-"},
-            _("Visitor's email: %(email)s") % {"email": notice["email"] or _("not given")},
-            _("Last question: %(question)s") % {"question": conversation["last_question"] or "-"},
-            _("From: %(page)s") % {"page": conversation["source_url"] or _("the chat page")},
-            "",
-            _("Claim it in the queue: %(url)s") % {"url": notice["admin_url"]},
-            _("Read the conversation: %(url)s") % {"url": conversation["admin_url"]},
-        ]
+        # What the visitor wrote comes last: nothing of ours follows it, so
+        # nothing in it can pass for a line of ours.
+        lines = [_intro(notice), "", *_links(notice), "", *_fields(notice), "", *_written(notice)]
         return _("Kookee chat: a visitor asks for a person (#%(id)s)") % {"id": notice["id"]}, "\n".join(lines)
+
+
+def _intro(notice: dict[str, Any]) -> str:
+    if notice["source"] == Handoff.Source.VISITOR:
+        return _("A visitor asked to talk to a person.")
+    return _("The assistant handed a conversation over to a person.")
+
+
+def _links(notice: dict[str, Any]) -> list[str]:
+    return [
+        _("Open the request: %(url)s") % {"url": notice["admin_url"]},
+        _("Read the transcript: %(url)s") % {"url": notice["conversation"]["admin_url"]},
+    ]
+
+
+# What the visitor gave that may stand on a line of ours: printable ASCII
+# but space, " and \, as an address or a page's URL (a browser's location.href)
+# normally is. validate_email also takes a quoted local part with control
+# characters and a domain with any character past U+00A1 (line separators,
+# bidi controls); the widget's script can be made to report any path. Those
+# are quoted with what was written.
+_PLAIN = re.compile(r"[!#-\[\]-~]+")
+
+
+def _fields(notice: dict[str, Any]) -> list[str]:
+    return [
+        _("Visitor's email: %(email)s") % {"email": _shown(notice["email"], _("not given"))},
+        _("From: %(page)s") % {"page": _shown(notice["conversation"]["source_url"], _("the chat page"))},
+    ]
+
+
+def _shown(value: str, missing: str) -> str:
+    if not value:
+        return missing
+    return value if _PLAIN.fullmatch(value) else _("quoted below")
+
+
+def _written(notice: dict[str, Any]) -> list[str]:
+    """The reason (the visitor's, or the model's from the conversation), the
+    last question, and an unusual address or page, each quoted under its label."""
+    conversation = notice["conversation"]
+    fields = [(_("Reason:"), notice["reason"]), (_("Last question:"), conversation["last_question"])]
+    unusual = [
+        (_("Visitor's email, as typed:"), notice["email"]),
+        (_("Page, as reported:"), conversation["source_url"]),
+    ]
+    fields += [(label, value) for label, value in unusual if value and not _PLAIN.fullmatch(value)]
+    lines = [_("Written in the chat, quoted as typed (not checked: do not trust links in it):")]
+    for label, text in fields:
+        lines += ["", label, *(_quoted(text) if text else [_("(nothing)")])]
+    return lines
+
+
+def _quoted(text: str) -> list[str]:
+    # Every line break splitlines() knows: a mail client may break a line at
+    # any of them (\r, \v, \f, \x1c-\x1e, \x85, U+2028, U+2029).
+    return ["> " + _visible(line) for line in text.splitlines()]
+
+
+# Needed by emoji and some scripts, and they reorder nothing.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def _visible(line: str) -> str:
+    """The line without control or format characters: bidi overrides,
+    embeddings, isolates and marks could show it reordered, or as part of
+    the lines around it."""
+    line = line.replace("\t", " ")
+    return "".join(c for c in line if c in _JOINERS or unicodedata.category(c) not in ("Cc", "Cf", "Cs"))
 
 
 async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
@@ -292,10 +361,6 @@ async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
         return
     payload = {key: value for key, value in notice.items() if key not in ("recipients", "webhook")}
     body = json.dumps({"event": "handoff.requested", "handoff": payload}).encode()
-    headers = {"Content-Type": "application/json", "User-Agent": "Kookee-chat"}
-    if settings.KOOKEE_HANDOFF_WEBHOOK_SECRET:
-        digest = hmac.new(settings.KOOKEE_HANDOFF_WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
-        headers["X-Kookee-Signature"] = f"sha256={digest}"
     attempts, delivered = 0, False
     async with httpx2.AsyncClient(timeout=settings.KOOKEE_HANDOFF_WEBHOOK_TIMEOUT) as client:
         for attempt in range(settings.KOOKEE_HANDOFF_WEBHOOK_RETRIES + 1):
@@ -306,7 +371,7 @@ async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
                 # The whole attempt, not each read: a receiver that trickles
                 # its reply must not hold the notice open.
                 async with asyncio.timeout(settings.KOOKEE_HANDOFF_WEBHOOK_TIMEOUT):
-                    response = await client.post(settings.KOOKEE_HANDOFF_WEBHOOK, content=body, headers=headers)
+                    response = await client.post(settings.KOOKEE_HANDOFF_WEBHOOK, content=body, headers=_headers(body))
             except (httpx2.HTTPError, TimeoutError) as exc:
                 logger.warning("handoff=%s: webhook attempt %s failed: %s", handoff_id, attempts, type(exc).__name__)
                 continue
@@ -320,6 +385,26 @@ async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
     if not delivered:
         logger.error("handoff=%s: the webhook was not delivered after %s attempt(s)", handoff_id, attempts)
     await database_sync_to_async(_record)(handoff_id, webhook_status=status, webhook_attempts=attempts)
+
+
+def _headers(body: bytes) -> dict[str, str]:
+    """The POST's headers, signed when there is a secret. Signed as each
+    attempt leaves, with the time: a receiver refuses a request that is old,
+    and so one recorded and replayed later."""
+    headers = {"Content-Type": "application/json", "User-Agent": "Kookee-chat"}
+    secret = settings.KOOKEE_HANDOFF_WEBHOOK_SECRET.encode()
+    if not secret:
+        return headers
+    signed_at = str(int(time.time()))
+    headers["X-Kookee-Webhook-Signature"] = f"t={signed_at},sha256={_hmac(secret, f'{signed_at}.'.encode() + body)}"
+    if settings.KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE:
+        # Deprecated: it signs the body alone, so a recorded request replays.
+        headers["X-Kookee-Signature"] = f"sha256={_hmac(secret, body)}"
+    return headers
+
+
+def _hmac(secret: bytes, message: bytes) -> str:
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
 def _record(handoff_id: int, **fields: Any) -> None:

@@ -278,6 +278,9 @@ KOOKEE_HANDOFF_WEBHOOK = env("KOOKEE_HANDOFF_WEBHOOK", default="")
 if KOOKEE_HANDOFF_WEBHOOK and not re.match(r"https?://[^\s/]+", KOOKEE_HANDOFF_WEBHOOK):
     raise ImproperlyConfigured("KOOKEE_HANDOFF_WEBHOOK must be an http(s) URL.")
 KOOKEE_HANDOFF_WEBHOOK_SECRET = env("KOOKEE_HANDOFF_WEBHOOK_SECRET", default="")
+# The old signature of the body alone (X-Kookee-Signature), sent beside the
+# timestamped one while receivers move over; deprecated, to default to false.
+KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE = env.bool("KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE", default=True)
 KOOKEE_HANDOFF_WEBHOOK_TIMEOUT = env.float("KOOKEE_HANDOFF_WEBHOOK_TIMEOUT", default=5.0)
 KOOKEE_HANDOFF_WEBHOOK_RETRIES = env.int("KOOKEE_HANDOFF_WEBHOOK_RETRIES", default=3)
 KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS = env.float("KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS", default=2.0)

@@ -13,6 +13,8 @@ import hmac
 import io
 import json
 import socket
+import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -33,7 +35,7 @@ from chat.models import Conversation, Handoff, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
 from chat.visitors import Visitor, hash_key
 from kookee.asgi import application
-from tests.chat.chat_client import ORIGIN, ChatClient, new_session_key
+from tests.chat.chat_client import HOST, ORIGIN, ChatClient, new_session_key
 from tests.provider import WaitFor, answer, text, tool_round
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,10 +47,12 @@ SITE = "https://chat.example.com"
 @pytest.fixture(autouse=True)
 def handoff_settings(settings):
     """Support is emailed at known addresses; no webhook unless a test runs a
-    receiver; a cap no test reaches unless it sets one."""
+    receiver, signed the old way too (the default) when it has a secret; a
+    cap no test reaches unless it sets one."""
     settings.KOOKEE_HANDOFF_EMAILS = list(SUPPORT_INBOX)
     settings.KOOKEE_HANDOFF_WEBHOOK = ""
     settings.KOOKEE_HANDOFF_WEBHOOK_SECRET = ""
+    settings.KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE = True
     settings.KOOKEE_HANDOFFS_PER_HOUR_PER_NETWORK = 100
     settings.KOOKEE_SITE_URL = SITE
 
@@ -87,7 +91,7 @@ async def connect(
     """A visitor on /ws/chat/: by cookie, or by the widget's token (with the
     page that embeds it); from a client address when given, as daphne puts
     it in the scope (WebsocketCommunicator puts none)."""
-    headers = [(b"origin", ORIGIN)]
+    headers = [(b"origin", ORIGIN), (b"host", HOST)]
     path = "/ws/chat/"
     if token:
         path += f"?token={quote(token, safe='')}" + (f"&page={quote(page, safe='')}" if page else "")
@@ -514,7 +518,7 @@ async def test_the_model_hands_over_during_a_turn(chat, use_provider, mailoutbox
     assert (call.name, call.error) == ("request_human", "")
     assert mailoutbox[0].subject == f"Kookee chat: a visitor asks for a person (#{handoff.id})"
     assert mailoutbox[0].body.startswith("The assistant handed a conversation over to a person.\n")
-    assert "Last question: I want my money back\n" in mailoutbox[0].body
+    assert mailoutbox[0].body.endswith("\nLast question:\n> I want my money back")
 
 
 async def test_a_turn_without_request_human_has_no_handoff_in_its_end(chat, use_provider):
@@ -734,13 +738,19 @@ async def test_support_is_emailed_the_request(chat, use_provider, mailoutbox, se
         [
             "A visitor asked to talk to a person.",
             "",
-            "Reason: Needs an invoice in euros.",
+            f"Open the request: {SITE}/admin/chat/handoff/{handoff_id}/change/",
+            f"Read the transcript: {SITE}/admin/chat/conversation/{conversation.id}/change/",
+            "",
             "Visitor's email: sam@example.com",
-            "Last question: Can I get an invoice in <b>euros</b>?",
             "From: the chat page",
             "",
-            f"Claim it in the queue: {SITE}/admin/chat/handoff/{handoff_id}/change/",
-            f"Read the conversation: {SITE}/admin/chat/conversation/{conversation.id}/change/",
+            WRITTEN,
+            "",
+            "Reason:",
+            "> Needs an invoice in euros.",
+            "",
+            "Last question:",
+            "> Can I get an invoice in <b>euros</b>?",
         ]
     )
     assert handoff.email_status == "sent"
@@ -753,10 +763,140 @@ async def test_an_email_with_nothing_said(chat, mailoutbox, settings):
     await notified()
 
     body = mailoutbox[0].body
-    assert "Reason: -\n" in body
-    assert "Visitor's email: not given\n" in body
-    assert "Last question: -\n" in body
-    assert f"Claim it in the queue: /admin/chat/handoff/{saved['handoff_id']}/change/\n" in body
+    assert "\nReason:\n(nothing)\n" in body
+    assert "\nVisitor's email: not given\n" in body
+    assert body.endswith("\nLast question:\n(nothing)")
+    assert f"\nOpen the request: /admin/chat/handoff/{saved['handoff_id']}/change/\n" in body
+
+
+# --- the email: what the visitor wrote is quoted ------------------------------------------------
+
+WRITTEN = "Written in the chat, quoted as typed (not checked: do not trust links in it):"
+# Lines of ours that may follow WRITTEN: the labels, and what stands for nothing.
+LABELS = {"", "Reason:", "Last question:", "Visitor's email, as typed:", "Page, as reported:", "(nothing)"}
+FAKE = "Claim it in the queue: http://evil.example/x"
+
+
+def quoted_part(body: str) -> list[str]:
+    """The body's lines as a mail client may break them, checked: our links
+    first, nothing of the visitor's before WRITTEN, and after it only labels
+    and lines quoted with "> ". Returns the lines from WRITTEN on."""
+    lines = body.splitlines()
+    assert lines == body.split("\n"), "no line break in the body but our own"
+    written = lines.index(WRITTEN)
+    ours, theirs = lines[:written], lines[written + 1 :]
+    assert ours[2].startswith("Open the request: ") and ours[3].startswith("Read the transcript: ")
+    assert not [line for line in ours if "evil.example" in line]
+    assert not [line for line in theirs if line not in LABELS and not line.startswith("> ")]
+    return theirs
+
+
+def requested(reason: str, question: str) -> Handoff:
+    """A request stored as it may be (reasons added to a pending one are
+    joined by line breaks), waiting for its email."""
+    conversation = Conversation.objects.create(visitor_hash="someone")
+    turn = Turn.objects.create(conversation=conversation, status="completed", user_text=question, model="m")
+    return Handoff.objects.create(
+        conversation=conversation,
+        turn=turn,
+        source=Handoff.Source.VISITOR,
+        reason=reason,
+        email_status=Handoff.Delivery.PENDING,
+    )
+
+
+async def emailed(reason: str, question: str, mailoutbox) -> str:
+    handoff = await database_sync_to_async(requested)(reason, question)
+    await handoffs.notify(handoff.id)
+    [message] = mailoutbox
+    return message.body
+
+
+async def test_a_fake_link_in_the_last_question_stays_in_the_quote(chat, use_provider, mailoutbox):
+    use_provider.queue(answer("I don't know."))
+    await chat.finish(await chat.ask(f"Where is my invoice?\n\n{FAKE}"))
+
+    await ask_for_a_person(chat, reason=f"Billing.\n\n{FAKE}")
+    await notified()
+
+    [message] = mailoutbox
+    assert quoted_part(message.body) == [
+        "",
+        "Reason:",
+        f"> Billing. {FAKE}",  # a new reason is one line
+        "",
+        "Last question:",
+        "> Where is my invoice?",
+        "> ",
+        f"> {FAKE}",
+    ]
+    assert "evil" not in message.subject
+
+
+@pytest.mark.parametrize(
+    "newline", ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+)
+async def test_no_line_break_lets_the_visitors_words_out_of_the_quote(newline, mailoutbox):
+    body = await emailed(f"Refund.{newline}{newline}{FAKE}", f"Hello?{newline}{newline}{FAKE}", mailoutbox)
+
+    assert quoted_part(body) == [
+        "",
+        "Reason:",
+        "> Refund.",
+        "> ",
+        f"> {FAKE}",
+        "",
+        "Last question:",
+        "> Hello?",
+        "> ",
+        f"> {FAKE}",
+    ]
+
+
+async def test_bidi_and_control_characters_are_taken_out_of_the_quote(mailoutbox):
+    reason = "Refund \u202eelpmaxe.live\u202c \u2066please\u2069\u200f\u200e\u061c\ufeff\u200b now"
+    question = "Bell\x07 escape\x1b[2J del\x7f\ttab, and 👩\u200d💻 stays"
+
+    body = await emailed(reason, question, mailoutbox)
+
+    assert quoted_part(body)[2] == "> Refund elpmaxe.live please now"
+    assert quoted_part(body)[5] == "> Bell escape[2J del tab, and 👩\u200d💻 stays"
+    assert [c for c in body if unicodedata.category(c) in ("Cc", "Cf") and c not in "\n\u200d"] == []
+
+
+@pytest.mark.parametrize(
+    "email",
+    [
+        # validate_email takes both: a quoted local part with a vertical tab,
+        # a domain with a line separator.
+        '"x\x0bClaim\\ it:\\ http://evil.example/x"@example.com',
+        "sam@example\u2028claim-it-at-evil.example",
+    ],
+)
+async def test_an_unusual_address_is_quoted_too(chat, mailoutbox, email):
+    await ask_for_a_person(chat, email=email)
+    await notified()
+
+    [message] = mailoutbox
+    assert (await stored())[0].email == email
+    assert "\nVisitor's email: quoted below\n" in message.body
+    theirs = quoted_part(message.body)
+    assert theirs[theirs.index("Visitor's email, as typed:") + 1 :] == ["> " + line for line in email.splitlines()]
+
+
+async def test_a_page_reported_with_line_breaks_is_quoted(visitors, settings, mailoutbox):
+    settings.KOOKEE_EMBED_ORIGINS = ["https://www.example.com"]
+    page = f"https://www.example.com/pricing\u2028{FAKE}"
+    widget = await visitors(token=embed.new_token(), page=page)
+
+    await ask_for_a_person(widget)
+    await notified()
+
+    assert (await database_sync_to_async(Conversation.objects.get)()).source_url == page
+    body = mailoutbox[0].body
+    assert "\nFrom: quoted below\n" in body
+    theirs = quoted_part(body)
+    assert theirs[theirs.index("Page, as reported:") + 1 :] == ["> https://www.example.com/pricing", f"> {FAKE}"]
 
 
 @pytest.fixture
@@ -854,6 +994,7 @@ async def test_without_a_secret_the_webhook_is_not_signed(receiver):
     await notified()
 
     assert "x-kookee-signature" not in receiver.requests[0].headers
+    assert "x-kookee-webhook-signature" not in receiver.requests[0].headers
 
 
 async def test_the_signature_is_of_the_bytes_sent(receiver, settings):
@@ -870,6 +1011,89 @@ async def test_the_signature_is_of_the_bytes_sent(receiver, settings):
 
 def signature(secret: bytes, body: bytes) -> str:
     return hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+# The receiver's check, as docs/operations.md gives it ("Handoff to a person").
+TOLERANCE_SECONDS = 300
+
+
+def verify(header: str, body: bytes, secret: bytes, now: float | None = None) -> bool:
+    """Whether X-Kookee-Webhook-Signature signs this body, and is recent."""
+    fields = dict(part.strip().split("=", 1) for part in header.split(",") if "=" in part)
+    t, signature = fields.get("t", ""), fields.get("sha256", "")
+    if not (t.isascii() and t.isdigit()):
+        return False
+    if abs((time.time() if now is None else now) - int(t)) > TOLERANCE_SECONDS:
+        return False
+    expected = hmac.new(secret, t.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected.encode(), signature.encode())
+
+
+def signed_at(request: Received) -> int:
+    t, _, digest = request.headers["x-kookee-webhook-signature"].partition(",")
+    assert t.startswith("t=") and digest.startswith("sha256=")
+    return int(t.removeprefix("t="))
+
+
+async def test_the_webhook_is_signed_with_the_time_it_left(receiver, settings):
+    settings.KOOKEE_HANDOFF_WEBHOOK_SECRET = "s3cret"
+
+    await handoffs.request_by_visitor(VISITOR, None, f"Refund.\n\n{FAKE}", "")
+    await notified()
+
+    [request] = receiver.requests
+    t = signed_at(request)
+    assert abs(time.time() - t) < 5
+    header = request.headers["x-kookee-webhook-signature"]
+    assert header == f"t={t},sha256=" + signature(b"s3cret", f"{t}.".encode() + request.body)
+    assert verify(header, request.body, b"s3cret")
+    # The old header still comes, by default.
+    assert request.headers["x-kookee-signature"] == "sha256=" + signature(b"s3cret", request.body)
+
+
+async def test_a_receiver_refuses_an_old_or_altered_request(receiver, settings):
+    settings.KOOKEE_HANDOFF_WEBHOOK_SECRET = "s3cret"
+
+    await handoffs.request_by_visitor(VISITOR, None, "", "")
+    await notified()
+
+    request = receiver.requests[0]
+    header, body, t = request.headers["x-kookee-webhook-signature"], request.body, signed_at(request)
+    assert verify(header, body, b"s3cret", now=t + TOLERANCE_SECONDS)
+    assert not verify(header, body, b"s3cret", now=t + TOLERANCE_SECONDS + 1), "replayed later"
+    assert not verify(header, body, b"s3cret", now=t - TOLERANCE_SECONDS - 1), "from the future"
+    assert not verify(header, body + b" ", b"s3cret", now=t)
+    assert not verify(header, body, b"another secret", now=t)
+    # The signature of another time, or none: the time is signed with the body.
+    assert not verify(header.replace(f"t={t}", f"t={t + 1}"), body, b"s3cret", now=t)
+    assert not verify(f"t={t}", body, b"s3cret", now=t)
+    assert not verify(header.replace(f"t={t}", "t=²"), body, b"s3cret", now=t)
+    assert not verify(request.headers["x-kookee-signature"], body, b"s3cret", now=t)
+
+
+async def test_each_attempt_is_signed_as_it_leaves(receiver, settings):
+    settings.KOOKEE_HANDOFF_WEBHOOK_SECRET = "s3cret"
+    # A retry a second later at least: it has a time of its own.
+    settings.KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS = 1
+
+    await webhook_outcome(receiver, 503, 200)
+
+    first, retry = receiver.requests
+    assert first.body == retry.body
+    assert signed_at(retry) > signed_at(first)
+    assert all(verify(r.headers["x-kookee-webhook-signature"], r.body, b"s3cret") for r in (first, retry))
+
+
+async def test_without_the_legacy_signature_only_the_new_header_is_sent(receiver, settings):
+    settings.KOOKEE_HANDOFF_WEBHOOK_SECRET = "s3cret"
+    settings.KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE = False
+
+    await handoffs.request_by_visitor(VISITOR, None, "", "")
+    await notified()
+
+    request = receiver.requests[0]
+    assert "x-kookee-signature" not in request.headers
+    assert verify(request.headers["x-kookee-webhook-signature"], request.body, b"s3cret")
 
 
 async def webhook_outcome(receiver: Receiver, *replies) -> Handoff:
