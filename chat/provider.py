@@ -18,7 +18,10 @@ a stream has started it is never retried.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
+import re
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -39,6 +42,10 @@ MAX_RETRY_AFTER_SECONDS = 10.0
 DRAIN_SECONDS = 1.0  # at most this long to read what follows [DONE]
 JSON: dict[str, Any] = {"headers": {"Content-Type": "application/json"}}
 CONNECTION_LIMITS = httpx2.Limits(max_connections=2000, max_keepalive_connections=2000, keepalive_expiry=30)
+# The shape of the `type` and `code` of a provider's JSON error body: their
+# own vocabulary, fit for the log. Its `message` is free text and can quote
+# the prompt, the visitor's words.
+ERROR_CODE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 # One client per event loop: its connection pool belongs to the loop that
 # opened it (daphne has one; each async test has its own).
@@ -82,13 +89,15 @@ async def open_stream(
         except TimeoutError:
             raise StreamError("provider_timeout", "no answer before the first-token timeout") from None
         except openai.APIError as exc:
+            # Not chained to exc: a traceback would print its message, the
+            # provider's body. The error's detail keeps it, for the turn.
             error = _refusal(exc)
             if not _retryable(exc) or attempt == settings.KOOKEE_PROVIDER_RETRIES:
-                raise error from exc
+                raise error from None
             delay = _backoff(exc, attempt)
             if loop.time() + delay >= deadline:
-                raise error from exc
-            logger.warning("provider refused (%s), retry %s in %.2fs", error.detail, attempt + 1, delay)
+                raise error from None
+            logger.warning("provider refused (%s), retry %s in %.2fs", _loggable(exc, error), attempt + 1, delay)
             await asyncio.sleep(delay)
     raise AssertionError("unreachable")
 
@@ -295,6 +304,28 @@ def _backoff(exc: openai.APIError, attempt: int) -> float:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _loggable(exc: openai.APIError, error: StreamError) -> str:
+    """What the log may say of a refusal: our code, the status, the body's
+    own codes; of the detail, which can quote the visitor, only a fingerprint."""
+    parts = [error.code, type(exc).__name__]
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        parts.append(f"HTTP {status}")
+    for field in ("type", "code"):
+        value = getattr(exc, field, None)
+        if isinstance(value, str) and ERROR_CODE.fullmatch(value):
+            parts.append(f"{field}={value}")
+    parts.append(f"detail {_fingerprint(error.detail)}")
+    return ", ".join(parts)
+
+
+def _fingerprint(text: str) -> str:
+    """Tells texts apart in the log without saying them: their length and a
+    short hash, keyed (a plain hash of a short text confirms a guess of it)."""
+    digest = hmac.new(settings.SECRET_KEY.encode(), text.encode(), hashlib.sha256).hexdigest()
+    return f"{len(text)} chars #{digest[:12]}"
 
 
 def _client() -> openai.AsyncOpenAI:

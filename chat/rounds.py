@@ -43,7 +43,9 @@ class StreamError(Exception):
     request was refused before the provider generated anything."""
 
     def __init__(self, code: str, detail: str, billable: bool = True) -> None:
-        super().__init__(detail)
+        # Only the code in its message: a logged traceback must not print the
+        # detail, the provider's words, which can quote the visitor's.
+        super().__init__(code)
         self.code = code
         self.detail = detail
         self.billable = billable

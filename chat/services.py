@@ -597,10 +597,12 @@ class ErasureRefused(Exception):
 @transaction.atomic
 def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversation]:
     """Erases what visitors and the model wrote in these conversations (the
-    visitor's right to erasure), and the visitor's link to them: texts, tool
-    arguments and results, search queries, rating comments, the reasons and
-    addresses of requests for a person, the page they came from, client
-    addresses; the visitor's key is revoked.
+    visitor's right to erasure), and the visitor's link to them: texts, the
+    provider's errors (they can quote the visitor), tool calls' ids,
+    arguments and results, and their names unless one of our tools, search
+    queries, rating comments, the reasons and addresses of requests for a
+    person, the page they came from, client addresses; the visitor's key is
+    revoked.
     Turns are kept, marked erased, with their numbers, for the ledger that
     protects them. Logged, without any of the text. Returns the
     conversations erased.
@@ -616,7 +618,9 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     RevokedKey.objects.bulk_create(
         [RevokedKey(visitor_hash=c.visitor_hash) for c in conversations if c.visitor_hash], ignore_conflicts=True
     )
-    ToolCall.objects.filter(generation__turn__in=turns).update(arguments="", result="", error="")
+    calls = ToolCall.objects.filter(generation__turn__in=turns)
+    calls.update(call_id="", arguments="", result="", error="")
+    calls.exclude(name__in=_our_tool_names()).update(name="")
     Search.objects.filter(turn__in=turns).update(query="", terms="")
     Feedback.objects.filter(turn__in=turns).update(comment="")  # the rating stays: it names nobody
     Handoff.objects.filter(conversation__in=conversations).update(reason="", email="", client_network="")
@@ -624,6 +628,7 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     turns.update(
         user_text="",
         assistant_text="",
+        error="",  # a provider's error body can quote the prompt
         client_address=None,
         client_network="",
         erased_at=Coalesce("erased_at", Value(now)),
@@ -631,6 +636,15 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     for conversation in conversations:
         privacy_log.info("erased conversation %s at the visitor's request, by %s", conversation.public_id, by)
     return conversations
+
+
+def _our_tool_names() -> list[str]:
+    """The names of the tools we offer the model: a call's name that is one
+    of them names nobody. Any other name is the model's own words."""
+    # Imported here: chat.tools imports chat.handoffs, which imports us.
+    from chat.tools import TOOLS
+
+    return [tool.name for tool in TOOLS]
 
 
 def purge_expired(now: Any = None) -> dict[str, int]:

@@ -4,6 +4,7 @@ holders of chat.erase_turn only, after a confirmation page) and
 and the visitor's key with it; the numbers and the ledger stay."""
 
 import io
+import json
 import logging
 import os
 import subprocess
@@ -13,21 +14,28 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from channels.db import database_sync_to_async
+from django.apps import apps
 from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Group, Permission
 from django.contrib.messages import get_messages
 from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
+from django.db import models
 from django.test import Client
 from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.services import bill_once
+from chat import services
 from chat.admin import ERASED_MESSAGE
 from chat.models import Conversation, Feedback, Generation, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
+from chat.sources import SEARCH_TOOL
 from chat.visitors import hash_key
+from tests.chat.chat_client import ChatClient
+from tests.provider import HTTPError, tool_round
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -46,6 +54,8 @@ def make_conversation(visitor_hash: str = VISITOR_HASH, *, status: str = "comple
             status=status if number == 2 else "completed",
             user_text=f"My order number is SECRET-{number}",
             assistant_text=f"Looking up SECRET-{number}",
+            # As a provider's refusal is kept for Support: quoting the visitor.
+            error=f"BadRequestError: Error code: 400 - Invalid content: 'SECRET-{number}'",
             model="gpt-4o-mini",
             client_address="203.0.113.7",
             client_network="203.0.113.7/32",
@@ -101,12 +111,12 @@ def erase(client: Client, *conversations: Conversation, confirmed: bool = True):
 
 def assert_erased(conversation: Conversation) -> None:
     turns = Turn.objects.filter(conversation=conversation)
-    assert [(t.user_text, t.assistant_text) for t in turns] == [("", "")] * 2
+    assert [(t.user_text, t.assistant_text, t.error) for t in turns] == [("", "", "")] * 2
     assert all(t.erased_at is not None for t in turns)
     assert [(t.client_address, t.client_network) for t in turns] == [(None, "")] * 2
     calls = ToolCall.objects.filter(generation__turn__conversation=conversation)
-    assert [(c.arguments, c.result, c.error) for c in calls] == [("", "", "")] * 2
-    assert [c.name for c in calls] == ["search_help_center"] * 2  # what was called stays
+    assert [(c.call_id, c.arguments, c.result, c.error) for c in calls] == [("", "", "", "")] * 2
+    assert [c.name for c in calls] == ["search_help_center"] * 2  # which of our tools was called stays
     ratings = Feedback.objects.filter(turn__conversation=conversation)
     assert [(f.rating, f.comment) for f in ratings] == [("down", "")] * ratings.count()  # the verdict stays
     conversation.refresh_from_db()
@@ -198,6 +208,71 @@ def test_the_transcript_and_the_turn_pages_say_a_turn_was_erased(root_client, co
     assert "(erased)" in turn_list
     for page in (transcript, turn_page, turn_list):
         assert "SECRET" not in page
+
+
+def test_erasing_blanks_the_tool_names_and_call_ids_the_model_wrote(root_client, conversation):
+    generation = Generation.objects.filter(turn__conversation=conversation).first()
+    ToolCall.objects.create(generation=generation, call_id="call_SECRET-9", name="look_up_SECRET-9")
+
+    erase(root_client, conversation)
+
+    calls = ToolCall.objects.filter(generation__turn__conversation=conversation).order_by("id")
+    assert [(c.name, c.call_id) for c in calls] == [
+        ("search_help_center", ""),
+        ("search_help_center", ""),
+        ("", ""),  # a name the model made up is its words, not ours
+    ]
+
+
+# --- a provider's refusal that quotes the visitor --------------------------------------------
+
+SECRET = "ABC123"
+QUESTION = f"my secret question {SECRET}"
+QUOTING = {"error": {"message": f"Invalid content: '{QUESTION}'", "type": "invalid_request_error"}}
+
+
+def stored_with(text: str) -> set[str]:
+    """Every model field (Model.field) that holds this text in some row."""
+    found = set()
+    for model in apps.get_models():
+        if model._meta.proxy:
+            continue
+        for field in model._meta.concrete_fields:
+            if isinstance(field, models.JSONField):
+                values = model.objects.values_list(field.attname, flat=True)
+                hit = any(text in json.dumps(value) for value in values)
+            elif isinstance(field, (models.CharField, models.TextField)):
+                hit = model.objects.filter(**{f"{field.attname}__contains": text}).exists()
+            else:
+                continue
+            if hit:
+                found.add(f"{model.__name__}.{field.name}")
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_erasure_leaves_nothing_of_a_provider_refusal_that_quotes_the_visitor(use_provider, settings):
+    settings.KOOKEE_PROVIDER_RETRIES = 1
+    settings.KOOKEE_PROVIDER_BACKOFF_SECONDS = 0.01
+    use_provider.queue(
+        tool_round([(f"call_{SECRET}", SEARCH_TOOL, {"query": QUESTION}), (f"call_2_{SECRET}", SECRET, {})]),
+        [HTTPError(503, QUOTING)],
+        [HTTPError(400, QUOTING)],
+    )
+    chat = await ChatClient.connect()
+    try:
+        turn_id = await chat.ask(QUESTION)
+        assert (await chat.receive_until("error"))["code"] == "provider_rejected"
+        await chat.finish(turn_id)
+    finally:
+        await chat.close()
+    turn = await Turn.objects.aget(pk=turn_id)
+    before = await database_sync_to_async(stored_with)(SECRET)
+    assert {"Turn.user_text", "Turn.error", "ToolCall.call_id", "ToolCall.name", "Search.query"} <= before
+
+    await database_sync_to_async(services.erase_conversations)([turn.conversation_id], by="test")
+
+    assert await database_sync_to_async(stored_with)(SECRET) == set()
 
 
 # --- who may erase ---------------------------------------------------------------------------
