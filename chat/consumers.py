@@ -22,7 +22,7 @@ from django.core.validators import validate_email
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
-from chat import embed, errors, fastjson, handoffs, hub, lifecycle, limits, services, turns, visitors
+from chat import backpressure, embed, errors, fastjson, handoffs, hub, lifecycle, limits, services, turns, visitors
 from chat.limits import FrameBudget, LimitReached
 from chat.rounds import storable
 from chat.visitors import Visitor
@@ -55,9 +55,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def __call__(self, scope, receive, send) -> None:
         self.tab_id = secrets.token_hex(4)
+        # Every message to the socket goes through its outbox, which never
+        # waits for the client and bounds what waits for it (chat/backpressure.py).
+        unsent = scope[backpressure.SCOPE_KEY] if backpressure.SCOPE_KEY in scope else backpressure.unsent_of(send)
+        self.outbox = backpressure.Outbox(send, settings.KOOKEE_SOCKET_BACKLOG_BYTES, unsent)
         lifecycle.connections.add(asyncio.current_task())
         try:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, self.outbox.send)
         except asyncio.CancelledError:
             # Daphne cancels every connection as it shuts down, at the same
             # moment as the shutdown hook stops the turns: this tab hears how
@@ -107,7 +111,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_TOO_MANY, reason="Too many open chats.")
             return
         self.visitor = visitor
-        self.frames = FrameBudget(settings.KOOKEE_FRAME_BURST, settings.KOOKEE_FRAMES_PER_SECOND)
+        self.frames = FrameBudget(
+            settings.KOOKEE_FRAME_BURST,
+            settings.KOOKEE_FRAMES_PER_SECOND,
+            settings.KOOKEE_FRAME_BYTES_BURST,
+            settings.KOOKEE_FRAME_BYTES_PER_SECOND,
+        )
         self._rearm_idle_timer()
         # The visitor's turns, in whichever tab they started; one running
         # now is resumed in this tab.
@@ -115,13 +124,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await hub.current().join(self, visitor.hash, running)
 
     async def disconnect(self, code: int) -> None:
+        self.outbox.forget()
         await self._forget_socket()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.visitor is None:
-            return  # refused: closing
+        if self.visitor is None or self.outbox.closed:
+            return  # refused, or closing: nothing it asks is answered
         self._rearm_idle_timer()
-        if not self.frames.take():
+        if not self.frames.take(len(text_data if text_data is not None else bytes_data or b"")):
             # A flood's turn is stopped now, not when the close handshake ends.
             await self._stop_turn()
             await self._error("flood")
@@ -158,7 +168,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
             return
         # "before" is echoed, so the page can tell an older page from a fresh look.
-        await self.send_json({"type": "history", **page, **({"before": before} if before else {})})
+        reply = fastjson.dumps({"type": "history", **page, **({"before": before} if before else {})})
+        # A few bytes ask for a page: the reply is what the frame costs.
+        self.frames.charge(len(reply))
+        await self.send(text_data=reply)
 
     async def _save_feedback(self, frame: dict[str, Any]) -> None:
         turn_id = frame["turn_id"]

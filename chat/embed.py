@@ -11,7 +11,6 @@ WebSocket handshake instead of a cookie.
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -19,6 +18,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core import signing
 from django.http.request import validate_host
+
+from chat import origins
 
 # Widget visitors' keys are hashed into Conversation.visitor_hash like
 # session keys, which are 32 lowercase letters and digits and so never start
@@ -80,8 +81,7 @@ def source_page(url: str) -> str:
 
 
 def _may_embed(origin: str, host: str) -> bool:
-    for allowed in settings.KOOKEE_EMBED_ORIGINS:
-        pattern = re.escape(allowed).replace(r"\*\.", r"[^/]+\.")
-        if re.fullmatch(pattern, origin):
-            return True
+    parsed = origins.parse(origin)
+    if parsed is not None and origins.may_embed(parsed):
+        return True
     return validate_host(host, settings.ALLOWED_HOSTS)  # our own pages ('self')

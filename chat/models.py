@@ -93,6 +93,9 @@ class Turn(models.Model):
     # While streaming: the last checkpoint, for closing turns a dead process left.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     checkpoint_round = models.PositiveSmallIntegerField(default=0)
+    # What the running turn holds in the daily budgets (chat/limits.py):
+    # {"day", "keys", "tokens"}; emptied when it settles at the turn's end.
+    budget = models.JSONField(default=dict, blank=True, editable=False)
     checkpoint_input_tokens = models.PositiveIntegerField(default=0)
     checkpoint_output_tokens = models.PositiveIntegerField(default=0)
     # Set when the texts were erased at the visitor's request; the numbers stay.
@@ -337,3 +340,22 @@ class RevokedKey(models.Model):
 
     def __str__(self) -> str:
         return f"Revoked {self.visitor_hash[:8]}"
+
+
+class DayBudget(models.Model):
+    """Tokens counted against one daily budget (the site's, or a network's:
+    chat/limits.py): what turns of the day spent, plus what running turns
+    hold reserved for their worst case. A turn reserves before it starts and
+    before each later round, and settles to what it spent when it ends, so
+    turns running at once cannot pass the budget together. Rows older than
+    yesterday are dropped by `purge_expired` (keys name networks)."""
+
+    day = models.DateField()
+    key = models.CharField(max_length=64)
+    tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["day", "key"], name="chat_daybudget_unique_day_key")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.key}: {self.tokens}"

@@ -51,6 +51,15 @@ class StreamError(Exception):
         self.billable = billable
 
 
+class EndTurn(Exception):
+    """Raised by a sink between rounds to end the turn there, failed with
+    `code` (a daily budget that cannot hold the next round)."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
 @dataclass
 class Tool:
     name: str
@@ -157,7 +166,7 @@ class Round:
 
     @property
     def framing_tokens(self) -> int:
-        return TOKENS_PER_MESSAGE * self.prompt_messages + TOKENS_PER_PROMPT if self.prompt_messages else 0
+        return _framing(self.prompt_messages)
 
     @property
     def shown_chars(self) -> int:
@@ -229,9 +238,26 @@ class Outcome:
 class Sink(Protocol):
     async def delta(self, text: str) -> None: ...
     async def tool(self, name: str, status: str) -> None: ...
-    # A round whose tools ran ended; another follows. (Not called for the
-    # last round: whoever ends the turn records it from `RoundLoop.rounds`.)
-    async def round_ended(self, round: Round) -> None: ...
+    # A round whose tools ran ended; another follows, whose prompt is
+    # estimated at `next_prompt_tokens`. It may raise EndTurn instead. (Not
+    # called for the last round: whoever ends the turn records it from
+    # `RoundLoop.rounds`.)
+    async def round_ended(self, round: Round, next_prompt_tokens: int) -> None: ...
+
+
+def spec_chars(tools: Sequence[Tool]) -> int:
+    """The characters of the tool definitions, which are part of every prompt."""
+    return len(json.dumps([tool.spec() for tool in tools], separators=(",", ":"))) if tools else 0
+
+
+def prompt_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int, ratios: Ratios) -> int:
+    """What a provider will count for a prompt, estimated as a round that
+    was cut short is: its characters at the model's ratio, and the framing."""
+    return math.ceil((tool_chars + sum(map(_message_chars, messages))) / ratios.input) + _framing(len(messages))
+
+
+def _framing(messages: int) -> int:
+    return TOKENS_PER_MESSAGE * messages + TOKENS_PER_PROMPT if messages else 0
 
 
 OpenStream = Callable[..., Awaitable[Any]]
@@ -326,7 +352,7 @@ class RoundLoop:
         self.tools = {tool.name: tool for tool in tools}
         self.specs = [tool.spec() for tool in tools]
         # Tool definitions are part of every prompt; counted once.
-        self.spec_chars = len(json.dumps(self.specs, separators=(",", ":"))) if self.specs else 0
+        self.spec_chars = spec_chars(tools)
         self.ratios = ratios
         self.sink = sink
         self.max_rounds = max(1, max_rounds)
@@ -357,7 +383,11 @@ class RoundLoop:
             messages.append(_assistant_message(rnd))
             for call in calls:
                 messages.append(await self._run_tool(call))
-            await self.sink.round_ended(rnd)
+            try:
+                await self.sink.round_ended(rnd, prompt_tokens(messages, self.spec_chars, self.ratios()))
+            except EndTurn as end:
+                await self._flush()
+                return Outcome(FAILED, end.code, "a daily budget could not hold the next round")
         raise AssertionError("unreachable: the last round always returns")
 
     async def _stream(

@@ -8,7 +8,7 @@ import logging
 import zlib
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
@@ -21,10 +21,10 @@ from django.utils.translation import gettext
 from billing import calibration
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat import embed, limits, prompt, search
-from chat.limits import check_turn_allowed
+from chat import embed, fastjson, limits, prompt, search
+from chat.limits import LimitReached, check_turn_allowed
 from chat.models import Conversation, Feedback, Generation, Handoff, RevokedKey, Search, ToolCall, Turn
-from chat.rounds import Round, storable
+from chat.rounds import Ratios, Round, prompt_tokens, storable
 from chat.sources import SEARCH_TOOL, search_results, used_articles
 from chat.visitors import Visitor, hash_key
 
@@ -121,8 +121,22 @@ def history_of(conversation_id: int | None, before: int | None = None) -> dict[s
         turns = turns.filter(id__lt=before)
     size = settings.KOOKEE_HISTORY_PAGE_TURNS
     page = list(turns.order_by("-started_at", "-id").values_list("id", flat=True)[: size + 1])
+    shown = _within_bytes(history(page[:size]), settings.KOOKEE_HISTORY_PAGE_BYTES)
+    more = len(page) > size or len(shown) < len(page[:size])
     # Beyond the contract: the conversation's request for a person, pending.
-    return {"turns": history(page[:size]), "more": len(page) > size, "handoff": pending_handoff(conversation_id)}
+    return {"turns": shown, "more": more, "handoff": pending_handoff(conversation_id)}
+
+
+def _within_bytes(turns: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The latest of these turns (oldest first) that fit in `limit` bytes of
+    JSON, and always the latest one: a page costs its socket what it weighs
+    (chat/backpressure.py), and older turns come on request."""
+    total = 0
+    for start in range(len(turns) - 1, -1, -1):
+        total += len(fastjson.dumps(turns[start]))
+        if total > limit and start < len(turns) - 1:
+            return turns[start + 1 :]
+    return turns
 
 
 def pending_handoff(conversation_id: int | None) -> dict[str, Any] | None:
@@ -188,6 +202,13 @@ def save_feedback(visitor: str, turn_id: int, rating: str, comment: str) -> None
     Feedback.objects.update_or_create(turn=turn, defaults={"rating": rating, "comment": comment})
 
 
+class Started(NamedTuple):
+    conversation_id: int
+    turn_id: int
+    messages: list[dict[str, Any]]  # for the first round
+    budget: dict[str, Any]  # what it holds in the daily budgets (Turn.budget)
+
+
 def start_turn(
     visitor: Visitor,
     conversation_id: int | None,
@@ -195,12 +216,14 @@ def start_turn(
     model: str,
     owner: str = "",
     replacing: int | None = None,
-) -> tuple[int, int, list[dict[str, Any]]]:
+    tool_chars: int = 0,
+) -> Started:
     """Creates the turn (and, at the visitor's first message, their
-    conversation); returns the conversation's id, the turn's id and the
-    messages for the first round. `owner` is the channel of the process
+    conversation). `owner` is the channel of the process
     that runs it. `replacing`: a full conversation, which the turn starts
-    a new one after (see conversation_for).
+    a new one after (see conversation_for). The turn holds its first
+    round's worst case in the daily budgets (its prompt, estimated with
+    the tool definitions' `tool_chars`, and the most it may write).
 
     Raises, creating nothing: Busy when a turn of the conversation runs
     already, in any process; LimitReached when the visitor is over a limit;
@@ -210,7 +233,7 @@ def start_turn(
     # report (a query a minute at most, outside the turn's transaction).
     calibration.load(model)
     try:
-        return _start_turn(visitor, conversation_id, user_text, model, owner, replacing)
+        return _start_turn(visitor, conversation_id, user_text, model, owner, replacing, tool_chars)
     except IntegrityError:
         # The database holds one streaming turn per conversation: checking
         # first would cost every turn a query, to tell what the insert tells.
@@ -221,8 +244,14 @@ def start_turn(
 
 @transaction.atomic
 def _start_turn(
-    visitor: Visitor, conversation_id: int | None, user_text: str, model: str, owner: str, replacing: int | None
-) -> tuple[int, int, list[dict[str, Any]]]:
+    visitor: Visitor,
+    conversation_id: int | None,
+    user_text: str,
+    model: str,
+    owner: str,
+    replacing: int | None,
+    tool_chars: int,
+) -> Started:
     conversation = conversation_for(visitor, conversation_id, replacing)
     check_turn_allowed(visitor, conversation.id)
     earlier = list(
@@ -230,6 +259,10 @@ def _start_turn(
             : settings.KOOKEE_HISTORY_TURNS
         ]
     )
+    messages = prompt.messages(reversed(earlier), user_text)
+    worst = prompt_tokens(messages, tool_chars, Ratios(*calibration.ratios(model)))
+    # Last of the checks: it locks the budgets' rows until this commits.
+    budget = limits.reserve(visitor, worst + settings.KOOKEE_MAX_OUTPUT_TOKENS)
     turn = Turn.objects.create(
         conversation=conversation,
         user_text=user_text,
@@ -238,12 +271,13 @@ def _start_turn(
         client_network=visitor.network,
         heartbeat_at=timezone.now(),
         owner=owner,
+        budget=budget,
     )
     if conversation.updated_at < timezone.now() - ACTIVITY_RESOLUTION:
         # Last activity is shown to the minute and idles widgets in days:
         # turns back to back need not write it each time.
         conversation.save(update_fields=["updated_at"])
-    return conversation.id, turn.id, prompt.messages(reversed(earlier), user_text)
+    return Started(conversation.id, turn.id, messages, budget)
 
 
 def conversation_for(visitor: Visitor, conversation_id: int | None, replacing: int | None = None) -> Conversation:
@@ -378,6 +412,24 @@ def record_generation(turn_id: int, rnd: Round) -> None:
     )
 
 
+def end_round(turn_id: int, rnd: Round, budget: dict[str, Any], hold: int) -> tuple[dict[str, Any], str]:
+    """A round that called tools has ended, and another follows: records it,
+    and grows the turn's hold in the daily budgets (`budget`) to `hold`
+    (what it spent and the next round's worst case: limits.top_up). Returns
+    the hold, and "" or the code of a budget that cannot take it; the round
+    is recorded either way."""
+    with transaction.atomic():
+        record_generation(turn_id, rnd)
+        try:
+            with transaction.atomic():
+                grown = limits.top_up(budget, hold)
+                if grown is not budget:
+                    Turn.objects.filter(pk=turn_id).update(budget=grown)
+        except LimitReached as limit:
+            return budget, limit.code
+    return grown, ""
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     turn_id: int
@@ -456,7 +508,7 @@ def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
         output=Sum("output_tokens"),
         reasoning=Sum("reasoning_tokens"),
     )
-    bill_once(
+    entry = bill_once(
         turn_id,
         model=turn.model,
         input_tokens=totals["input"] or 0,
@@ -466,6 +518,8 @@ def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
         estimated=True,
         priced_at=turn.started_at,
     )
+    limits.settle(turn.budget, entry.input_tokens + entry.output_tokens)
+    Turn.objects.filter(pk=turn_id).update(budget={})
     return True
 
 
@@ -486,7 +540,7 @@ def finish_turn(
     Returns the usage the ledger recorded, for the `turn.ended` frame. A turn
     that has ended already is left as it is.
     """
-    turn = Turn.objects.select_for_update().only("status", "client_network", "started_at").get(pk=turn_id)
+    turn = Turn.objects.select_for_update().only("status", "started_at", "budget").get(pk=turn_id)
     if turn.status != Turn.Status.STREAMING:
         return _usage_of(LedgerEntry.objects.get(turn_id=turn_id))
     recorded = set(Generation.objects.filter(turn_id=turn_id).values_list("round", flat=True))
@@ -502,6 +556,7 @@ def finish_turn(
         stopped_by=stopped_by[:32],
         owner="",
         ended_at=timezone.now(),
+        budget={},
     )
     record_searches(turn_id, text, [call for rnd in rounds for call in rnd.tool_calls])
     usages = [rnd.usage for rnd in rounds]
@@ -515,8 +570,7 @@ def finish_turn(
         estimated=any(u.estimated for u in usages),
         priced_at=turn.started_at,
     )
-    keys = [limits.SITE] + ([limits.network_key(turn.client_network)] if turn.client_network else [])
-    transaction.on_commit(lambda: limits.day_totals.add(keys, entry.input_tokens + entry.output_tokens))
+    limits.settle(turn.budget, entry.input_tokens + entry.output_tokens)
     return _usage_of(entry)
 
 
@@ -662,4 +716,4 @@ def purge_expired(now: Any = None) -> dict[str, int]:
         timedelta(days=settings.KOOKEE_WIDGET_IDLE_DAYS), timedelta(seconds=settings.SESSION_COOKIE_AGE)
     )
     revoked = RevokedKey.objects.filter(revoked_at__lt=now - useless_after).delete()[0]
-    return {"addresses": addresses, "revoked_keys": revoked}
+    return {"addresses": addresses, "revoked_keys": revoked, "day_budgets": limits.forget_old_budgets()}

@@ -21,11 +21,14 @@ from django.conf import settings
 from billing import calibration
 from chat import errors, hub, metrics, provider, rounds, services, tools, tracing
 from chat.hub import Broadcast
-from chat.rounds import Outcome, Ratios, Round, RoundLoop
+from chat.rounds import EndTurn, Outcome, Ratios, Round, RoundLoop, spec_chars
 from chat.sources import search_results, used_articles
 from chat.tools import REQUEST_HUMAN, TOOLS
 
 logger = logging.getLogger("kookee.turns")
+
+# The tool definitions' part of every prompt, for the budgets' estimates.
+TOOL_CHARS = spec_chars(TOOLS)
 
 T = TypeVar("T")
 
@@ -34,9 +37,10 @@ class _Turn:
     """The round loop's sink: frames to the conversation's tabs, rounds to
     the database."""
 
-    def __init__(self, broadcast: Broadcast) -> None:
+    def __init__(self, broadcast: Broadcast, budget: dict[str, Any]) -> None:
         self.turn_id = broadcast.turn_id
         self.broadcast = broadcast
+        self.budget = budget  # what it holds in the daily budgets (chat/limits.py)
         # Looked up once: every frame goes through it.
         self.hub = hub.current()
         self.trace = tracing.start_turn(self.turn_id)
@@ -66,8 +70,15 @@ class _Turn:
             self.trace.tool(name, status)
         await self.send({"type": "tool", "turn_id": self.turn_id, "name": name, "status": status})
 
-    async def round_ended(self, rnd: Round) -> None:
-        await database_sync_to_async(services.record_generation)(self.turn_id, rnd)
+    async def round_ended(self, rnd: Round, next_prompt_tokens: int) -> None:
+        # The next round's worst case joins what the turn holds in the daily
+        # budgets before it is asked for; a budget that cannot hold it ends
+        # the turn here.
+        spent = sum(r.usage.input_tokens + r.usage.output_tokens for r in self.loop.rounds)
+        hold = spent + next_prompt_tokens + settings.KOOKEE_MAX_OUTPUT_TOKENS
+        self.budget, refused = await database_sync_to_async(services.end_round)(self.turn_id, rnd, self.budget, hold)
+        if refused:
+            raise EndTurn(refused)
 
     def checkpoint(self) -> services.Checkpoint:
         """The text so far and the current round's usage estimate."""
@@ -133,23 +144,23 @@ async def start(visitor: Any, conversation_id: int | None, text: str, replacing:
     if the_hub.closing:
         raise ShuttingDown
     owner = await the_hub.start()
-    conversation_id, turn_id, messages = await database_sync_to_async(services.start_turn)(
-        visitor, conversation_id, text, provider.model_name(), owner, replacing
+    started = await database_sync_to_async(services.start_turn)(
+        visitor, conversation_id, text, provider.model_name(), owner, replacing, TOOL_CHARS
     )
-    broadcast = await the_hub.own(turn_id, visitor.hash)
-    broadcast.task = asyncio.create_task(run_turn(broadcast, messages))
+    broadcast = await the_hub.own(started.turn_id, visitor.hash)
+    broadcast.task = asyncio.create_task(run_turn(broadcast, started.messages, started.budget))
     # Let the task enter its try/finally before any stop can cancel it: a
     # task cancelled before its first step never runs its finally.
     await asyncio.sleep(0)
     if the_hub.closing:
         # The shutdown began while the turn was being stored: it missed it.
         broadcast.stop(hub.SHUTDOWN)
-    return conversation_id
+    return started.conversation_id
 
 
-async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]]) -> None:
+async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]], budget: dict[str, Any]) -> None:
     """Runs a created turn to its end. Stopping its broadcast stops it."""
-    turn = _Turn(broadcast)
+    turn = _Turn(broadcast, budget)
     tools.current_turn.set(turn.turn_id)  # for the tools that act on the conversation
     outcome = Outcome(rounds.FAILED, "server_error")
     live[asyncio.current_task()] = turn

@@ -33,16 +33,21 @@ def _private(response):
 def index(request):
     """The chat page. Establishes the visitor's session, which the WebSocket
     handshake then needs; stores nothing else until they write."""
+    session = request.session
     try:
-        visitor = services.visitor_for_session(request.session)
+        visitor = services.visitor_for_session(session)
     except services.Refused:
         # They started over: a new key, keeping the rest (a staff login).
-        request.session.cycle_key()
-        visitor = services.visitor_for_session(request.session)
+        if session.is_empty():
+            session.mint()
+        else:
+            session.cycle_key()
+        visitor = services.visitor_for_session(session)
     if visitor is None:
-        # A new visitor, or a cookie for a session that expired or is gone.
-        request.session.create()
-        visitor = services.visitor_for_session(request.session)
+        # A new visitor, or a cookie for a session that expired or is gone:
+        # a minted key, which costs no row (chat/sessions.py).
+        session.mint()
+        visitor = services.visitor_for_session(session)
     history = services.history_of(services.conversation_of(visitor))
     return _private(_with_policy(request, render(request, "chat/index.html", {"history": history})))
 

@@ -8,7 +8,8 @@ keeping anything that could be used against them or us.
   from a proxy we trust, read from the right: anything to the left of the
   last proxy is whatever the client chose to send.
 - Budgets count per network, not per address: one IPv6 host can rotate
-  through its whole /64.
+  through its whole /64, and one customer through the /64s of its /56 or
+  /48: IPv6 budgets come in layers (KOOKEE_IPV6_BUDGETS).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.utils.crypto import salted_hmac
-
-IPV6_NETWORK_PREFIX = 64
 
 
 @dataclass(frozen=True)
@@ -58,14 +57,37 @@ def client_address(peer: str | None, forwarded_for: str | None) -> str | None:
 
 
 def network_of(address: str | None) -> str:
-    """The budgets' unit for an address: itself for IPv4 (/32), its /64 for
-    IPv6 (an IPv4-mapped IPv6 address counts as the IPv4 one)."""
+    """The unit of rates and socket counts for an address: itself for IPv4
+    (/32), the longest prefix of KOOKEE_IPV6_BUDGETS for IPv6 (a /64 by
+    default; an IPv4-mapped IPv6 address counts as the IPv4 one)."""
+    networks = networks_of(address)
+    return networks[0] if networks else ""
+
+
+def networks_of(address: str | None) -> list[str]:
+    """The networks whose daily budgets an address's turns count against,
+    smallest first: an IPv4 address alone; for IPv6, one per layer of
+    KOOKEE_IPV6_BUDGETS."""
     parsed = _parse(address)
     if parsed is None:
-        return ""
+        return []
     if parsed.version == 4:
-        return f"{parsed}/32"
-    return str(ipaddress.ip_network(f"{parsed}/{IPV6_NETWORK_PREFIX}", strict=False))
+        return [f"{parsed}/32"]
+    return [
+        str(ipaddress.ip_network(f"{parsed}/{prefix}", strict=False))
+        for prefix in sorted(settings.KOOKEE_IPV6_BUDGETS, reverse=True)
+    ]
+
+
+def share_of(network: str) -> float:
+    """The share of the site's day a network may take (see networks_of). A
+    layer no longer configured (a hold from before a change) takes the
+    smallest layer's."""
+    if ":" not in network:
+        return settings.KOOKEE_NETWORK_SHARE_OF_DAY
+    layers = settings.KOOKEE_IPV6_BUDGETS
+    prefix = int(network.rsplit("/", 1)[1])
+    return layers.get(prefix) or layers[max(layers)]
 
 
 def _parse(value: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -1,9 +1,8 @@
 """ASGI entry point: HTTP goes to Django; /ws/chat/ goes through the origin
-check (ALLOWED_HOSTS) and the session middleware to the chat consumer;
+check (chat/origins.py) and the session middleware to the chat consumer;
 lifespan events start and stop the process's background work."""
 
 import os
-from urllib.parse import urlparse
 
 from django.core.asgi import get_asgi_application
 
@@ -11,10 +10,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kookee.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator, WebsocketDenier  # noqa: E402
+from channels.security.websocket import WebsocketDenier  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
-from chat import lifecycle, tracing  # noqa: E402
+from chat import backpressure, lifecycle, origins, tracing  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -26,12 +25,11 @@ class _Denier(WebsocketDenier):
 
 
 def _origin_checked(application):
-    """Channels' AllowedHostsOriginValidator, refusing with _Denier."""
-    validator = AllowedHostsOriginValidator(application)
+    """Refuses (HTTP 403) a handshake from an origin other than the site's
+    own or an embedding site's: scheme, host and port (chat/origins.py)."""
 
     async def checked(scope, receive, send):
-        origin = dict(scope.get("headers", [])).get(b"origin")
-        if validator.valid_origin(urlparse(origin.decode("latin1")) if origin is not None else None):
+        if origins.socket_may_open(scope):
             return await application(scope, receive, send)
         return await _Denier()(scope, receive, send)
 
@@ -41,7 +39,8 @@ def _origin_checked(application):
 router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": _origin_checked(SessionMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Outermost, to see the server's own `send` (chat/backpressure.py).
+        "websocket": backpressure.measured(_origin_checked(SessionMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )
 

@@ -41,6 +41,11 @@ if not DEBUG:
     SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=True)
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    # Cookies only this exact origin can set, over HTTPS: a sibling
+    # subdomain or a plain-HTTP answer cannot plant a session key of its
+    # choosing in the visitor's browser (session fixation).
+    SESSION_COOKIE_NAME = "__Host-sessionid"
+    CSRF_COOKIE_NAME = "__Host-csrftoken"
 
 INSTALLED_APPS = [
     "daphne",
@@ -115,6 +120,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# Database sessions, but a page view writes no row (chat/sessions.py).
+SESSION_ENGINE = "chat.sessions"
 
 REDIS_URL = env("REDIS_URL", default="")
 if REDIS_URL:
@@ -197,11 +204,17 @@ KOOKEE_RESUME_GRACE_SECONDS = env.float("KOOKEE_RESUME_GRACE_SECONDS", default=5
 # address; tokens per conversation and, for the whole site, per day.
 KOOKEE_FRAME_BURST = env.int("KOOKEE_FRAME_BURST", default=30)
 KOOKEE_FRAMES_PER_SECOND = env.float("KOOKEE_FRAMES_PER_SECOND", default=5.0)
+# ... and in bytes: what a socket's frames carry, and what they make us send
+# back (a history page); a burst, then a steady rate. Past it, as past the
+# frame budget.
+KOOKEE_FRAME_BYTES_BURST = env.int("KOOKEE_FRAME_BYTES_BURST", default=512 * 1024)
+KOOKEE_FRAME_BYTES_PER_SECOND = env.float("KOOKEE_FRAME_BYTES_PER_SECOND", default=32 * 1024)
+# What may wait to be sent to one socket (queued, and held by the server)
+# before it is closed with 4413: a client that does not read must not grow
+# the process (chat/backpressure.py). Above a history page.
+KOOKEE_SOCKET_BACKLOG_BYTES = env.int("KOOKEE_SOCKET_BACKLOG_BYTES", default=256 * 1024)
 KOOKEE_TURNS_PER_MINUTE = env.int("KOOKEE_TURNS_PER_MINUTE", default=10)
 KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = env.int("KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS", default=60)
-# The site's and each network's tokens today are summed from the ledger at
-# most this often per process (plus what the process bills meanwhile).
-KOOKEE_BUDGET_CACHE_SECONDS = env.float("KOOKEE_BUDGET_CACHE_SECONDS", default=30.0)
 KOOKEE_TOKENS_PER_CONVERSATION = env.int("KOOKEE_TOKENS_PER_CONVERSATION", default=500_000)
 KOOKEE_TOKENS_PER_DAY = env.int("KOOKEE_TOKENS_PER_DAY", default=20_000_000)
 # Daily token budgets that a new cookie or widget token does not reset: per
@@ -211,6 +224,23 @@ KOOKEE_TOKENS_PER_VISITOR_PER_DAY = env.int("KOOKEE_TOKENS_PER_VISITOR_PER_DAY",
 KOOKEE_NETWORK_SHARE_OF_DAY = env.float("KOOKEE_NETWORK_SHARE_OF_DAY", default=0.05)
 if not 0 < KOOKEE_NETWORK_SHARE_OF_DAY <= 1:
     raise ImproperlyConfigured("KOOKEE_NETWORK_SHARE_OF_DAY must be above 0 and at most 1.")
+# IPv6 in layers, "prefix length:share of the site's day": one customer holds
+# a /64 per line, a /56 or a /48 per site, and each of its /64s would have a
+# fresh budget. The longest prefix is also the "network" of rates and sockets.
+# Default: an IPv4 address's share per /64, twice it per /56, four times per /48.
+_share = KOOKEE_NETWORK_SHARE_OF_DAY
+_layers = f"64:{_share:g},56:{min(1, 2 * _share):g},48:{min(1, 4 * _share):g}"
+KOOKEE_IPV6_BUDGETS = env("KOOKEE_IPV6_BUDGETS", default=_layers)
+try:
+    _layers = {int(p): float(s) for p, s in (layer.split(":") for layer in KOOKEE_IPV6_BUDGETS.split(",") if layer)}
+except ValueError:
+    _layers = {}
+if not _layers or not all(1 <= p <= 128 and 0 < s <= 1 for p, s in _layers.items()):
+    raise ImproperlyConfigured(
+        f"KOOKEE_IPV6_BUDGETS={KOOKEE_IPV6_BUDGETS!r}: give prefix lengths (1-128) and shares (above 0, at most 1), "
+        "e.g. 64:0.05,56:0.1,48:0.2"
+    )
+KOOKEE_IPV6_BUDGETS = dict(sorted(_layers.items(), reverse=True))
 # Proxies (addresses or networks) whose X-Forwarded-For is believed, read
 # from the right. Empty: the peer's address is the client's. Don't also run
 # daphne with --proxy-headers: it believes the leftmost, forgeable, entry.
@@ -228,6 +258,10 @@ KOOKEE_SOCKETS_PER_NETWORK = env.int("KOOKEE_SOCKETS_PER_NETWORK", default=100)
 KOOKEE_IDLE_SOCKET_SECONDS = env.float("KOOKEE_IDLE_SOCKET_SECONDS", default=600.0)
 # Turns per `history` frame (the latest first, older ones on request).
 KOOKEE_HISTORY_PAGE_TURNS = env.int("KOOKEE_HISTORY_PAGE_TURNS", default=20)
+# ... and at most this many bytes of them (one turn at least, however long).
+KOOKEE_HISTORY_PAGE_BYTES = env.int("KOOKEE_HISTORY_PAGE_BYTES", default=64 * 1024)
+if KOOKEE_HISTORY_PAGE_BYTES >= KOOKEE_SOCKET_BACKLOG_BYTES:
+    raise ImproperlyConfigured("KOOKEE_HISTORY_PAGE_BYTES must be below KOOKEE_SOCKET_BACKLOG_BYTES.")
 # A widget token unused for this long is refused; the widget starts afresh.
 KOOKEE_WIDGET_IDLE_DAYS = env.float("KOOKEE_WIDGET_IDLE_DAYS", default=30.0)
 # Personal data: client addresses are dropped from turns after this many

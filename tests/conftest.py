@@ -14,7 +14,7 @@ from tests.provider import ScriptedProvider
 django_settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 
-SLOW = ("tests/e2e/", "tests/test_daphne.py")
+SLOW = ("tests/e2e/", "tests/test_daphne.py", "tests/test_hostile_clients.py")
 LOCALE = Path(__file__).resolve().parent.parent / "locale"
 
 
@@ -44,14 +44,6 @@ async def close_worker_thread_connections():
     connection must close before the test database can be dropped."""
     yield
     await sync_to_async(connections.close_all, thread_sensitive=True)()
-
-
-@pytest.fixture(autouse=True)
-def fresh_day_totals(monkeypatch):
-    """The budgets' cached day totals start empty in each test."""
-    from chat import limits
-
-    monkeypatch.setattr(limits, "day_totals", limits.DayTotals())
 
 
 @pytest.fixture(autouse=True)

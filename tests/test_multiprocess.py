@@ -374,6 +374,7 @@ async def serve(tmp_path: Path, template: str, static: Path, certificate: tuple[
     nginx: subprocess.Popen | None = None
     prefix = tmp_path / "nginx"
     db = stack = None
+    https_port, http_port = free_port(), free_port()
     try:
         for name in PROCESSES:
             environment = {
@@ -382,13 +383,15 @@ async def serve(tmp_path: Path, template: str, static: Path, certificate: tuple[
                 "DATABASE_URL": f"{POSTGRES}/{database}",
                 "REDIS_URL": REDIS_URL,
                 "OPENAI_BASE_URL": urls[name],
+                # nginx passes `Host: $host`, without this test's port: the
+                # site's origin is named, as docs/deploy.md says to.
+                "KOOKEE_SITE_URL": f"https://127.0.0.1:{https_port}",
                 **env,
             }
             daphnes[name] = _start_daphne(name, tmp_path / f"daphne-{name}.log", environment)
         for daphne in daphnes.values():
             await _until_listening(daphne.port, daphne.process, f"daphne {daphne.name}")
 
-        https_port, http_port = free_port(), free_port()
         config = nginx_config(
             prefix=prefix,
             daphne_ports={name: daphne.port for name, daphne in daphnes.items()},
@@ -761,6 +764,45 @@ async def test_racing_messages_from_two_processes_start_one_turn(stack_for):
         access = (stack.prefix / "logs" / "kookee-access.log").read_text()
         upstreams = set(re.findall(r'"GET / HTTP/1.1" 200 .* upstream=(\S+)', access))
         assert upstreams == {f"127.0.0.1:{d.port}" for d in stack.daphnes.values()}, access
+
+
+async def test_turns_at_once_on_both_processes_cannot_pass_a_budget_together(stack_for):
+    # One network (nginx's clients all come from 127.0.0.1) may take 10,000
+    # tokens; twenty fresh visitors ask at once, ten on each process. Each
+    # turn holds its worst case (about 600) from its start, in PostgreSQL:
+    # some are refused, and what is billed stays within the budget.
+    budget = {
+        "KOOKEE_TOKENS_PER_DAY": "100000",
+        "KOOKEE_NETWORK_SHARE_OF_DAY": "0.1",
+        "KOOKEE_MAX_OUTPUT_TOKENS": "100",
+        "KOOKEE_SOCKETS_PER_NETWORK": "1000",
+    }
+    async with stack_for(**budget) as stack:
+        release = asyncio.Event()
+        script = [chunk(delta={"role": "assistant", "content": ""}), text("Sure."), WaitFor(release)]
+        script += [finish("stop"), usage(480, 100), DONE]
+        for provider in stack.providers.values():
+            provider.scripts.clear()
+            provider.queue(*[script] * 20)
+        tabs = [
+            await stack.open_tab(await stack.page_load(), f"visitor {n}", process=PROCESSES[n % 2]) for n in range(20)
+        ]
+        await asyncio.gather(*(tab.send({"type": "message", "text": "one more, please"}) for tab in tabs))
+        firsts = [
+            (await tab.wait_for(lambda f: [x for x in f if x["type"] in ("turn.started", "error")], "an answer"))[0]
+            for tab in tabs
+        ]
+        release.set()
+        started = [(tab, f["turn_id"]) for tab, f in zip(tabs, firsts, strict=True) if f["type"] == "turn.started"]
+        for tab, turn_id in started:
+            assert (await tab.wait_ended(turn_id))["status"] == "completed"
+
+        assert {f["code"] for f in firsts if f["type"] == "error"} == {"network_budget_exhausted"}
+        assert 0 < len(started) < 20
+        billed = await stack.scalar("select coalesce(sum(input_tokens + output_tokens), 0) from billing_ledgerentry")
+        assert billed <= 10_000
+        held = await stack.scalar("select tokens from chat_daybudget where key = 'network:127.0.0.1/32'")
+        assert held == billed, "every hold settled to what was billed"
 
 
 async def test_a_turn_left_by_its_only_tab_stops_after_the_grace_period(stack_for):

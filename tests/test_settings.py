@@ -12,3 +12,27 @@ def test_env_example_lists_every_setting_read():
     read |= set(re.findall(r'"(OTEL_[A-Z_]+)"', (ROOT / "chat/tracing.py").read_text()))
     listed = set(re.findall(r"^#? ?([A-Z_]+)=", (ROOT / ".env.example").read_text(), re.MULTILINE))
     assert read == listed
+
+
+def test_production_cookies_cannot_be_planted_from_another_origin(tmp_path):
+    # A `__Host-` cookie is taken by browsers only from this very origin,
+    # over HTTPS, for the whole site: a sibling subdomain or a plain-HTTP
+    # answer cannot fix a visitor's session to a key of the attacker's.
+    from tests.test_security import STRONG, manage
+
+    result = manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from django.conf import settings as s; print(s.SESSION_COOKIE_NAME, s.SESSION_COOKIE_SECURE, "
+        "s.SESSION_COOKIE_PATH, s.SESSION_COOKIE_DOMAIN, s.CSRF_COOKIE_NAME, s.CSRF_COOKIE_SECURE, s.CSRF_COOKIE_PATH)",
+        DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY=STRONG,
+        DJANGO_ALLOWED_HOSTS="chat.example.com",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'x.sqlite3'}",
+    )
+
+    assert result.stdout.split() == ["__Host-sessionid", "True", "/", "None", "__Host-csrftoken", "True", "/"], (
+        result.stderr
+    )

@@ -2,6 +2,7 @@
 summary cut days (and months) at midnight in TIME_ZONE, never in UTC."""
 
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -14,7 +15,7 @@ from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat import limits
 from chat.limits import LimitReached
-from chat.models import Conversation, Turn
+from chat.models import Conversation, DayBudget, Turn
 from chat.visitors import Visitor, hash_key
 
 pytestmark = pytest.mark.django_db
@@ -75,18 +76,24 @@ def test_the_date_filter_cuts_days_at_the_sites_midnight(around_midnight, admin_
 
 
 @pytest.mark.parametrize("activated", [None, "UTC"])
-def test_the_budget_counts_the_sites_day(around_midnight, settings, activated):
-    # 1,000 tokens before midnight, 1,000 after: today has spent 1,000.
+def test_the_budgets_count_the_sites_day(settings, activated):
+    # Held and settled on the site's today, whatever time zone a request has
+    # activated: 02:00 UTC is still yesterday in Sao Paulo.
     visitor = Visitor.of(hash_key("visitor"), "203.0.113.9")
-    conversation = Conversation.objects.create(visitor_hash=visitor.hash)
-    with timezone.override(activated):
-        settings.KOOKEE_TOKENS_PER_DAY = 1500
-        limits.check_turn_allowed(visitor, conversation.id)  # a UTC day would hold 2,000
-        settings.KOOKEE_TOKENS_PER_DAY = 1000
-        limits.day_totals.clear()
+    settings.KOOKEE_TOKENS_PER_DAY = 1000
+    settings.KOOKEE_NETWORK_SHARE_OF_DAY = 1.0
+    late = days.start_of_today() + timedelta(hours=23, minutes=30)  # 02:30 UTC tomorrow
+    with timezone.override(activated), freeze_now(late):
+        held = limits.reserve(visitor, 600)
         with pytest.raises(LimitReached) as refused:
-            limits.check_turn_allowed(visitor, conversation.id)
-    assert refused.value.code == "budget_exhausted"
+            limits.reserve(visitor, 600)
+    assert held["day"] == days.today().isoformat()
+    assert refused.value.code == "network_budget_exhausted"  # the smallest first: the network's
+    assert DayBudget.objects.get(key=limits.SITE).day == days.today()
+
+
+def freeze_now(when):
+    return mock.patch.object(timezone, "now", lambda: when)
 
 
 def test_months_are_cut_at_the_sites_midnight_on_the_first():

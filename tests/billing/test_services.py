@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def turn_id():
     visitor = Visitor.of(hash_key("k"), "203.0.113.7")
-    _conversation, turn_id, _messages = services.start_turn(visitor, None, "question", "gpt-4o-mini")
+    turn_id = services.start_turn(visitor, None, "question", "gpt-4o-mini").turn_id
     return turn_id
 
 
@@ -536,7 +536,7 @@ def test_a_used_price_is_billed_without_reading_it_again(django_capture_on_commi
     visitor = Visitor.of(hash_key("k2"), "203.0.113.8")
     turns = []
     for text in ("one", "two", "three"):
-        _conversation, turn_id, _messages = services.start_turn(visitor, None, text, "gpt-4o-mini")
+        turn_id = services.start_turn(visitor, None, text, "gpt-4o-mini").turn_id
         Turn.objects.filter(pk=turn_id).update(status="completed")
         turns.append(turn_id)
     with django_capture_on_commit_callbacks(execute=True):

@@ -16,6 +16,8 @@ from chat.models import Turn
 from kookee.asgi import application
 
 ORIGIN = b"http://localhost:8000"
+# The Host a browser sends with it: the socket must come from the site itself (chat/origins.py).
+HOST = b"localhost:8000"
 
 
 @database_sync_to_async
@@ -33,7 +35,7 @@ class ChatClient:
     @classmethod
     async def connect(cls, session_key: str | None = None, origin: bytes = ORIGIN) -> ChatClient:
         key = session_key or await new_session_key()
-        headers = [(b"origin", origin), (b"cookie", f"sessionid={key}".encode())]
+        headers = [(b"origin", origin), (b"host", HOST), (b"cookie", f"sessionid={key}".encode())]
         client = cls(WebsocketCommunicator(application, "/ws/chat/", headers=headers))
         client.connected, client.close_code = await client.communicator.connect()
         return client

@@ -27,7 +27,7 @@ from chat.consumers import CLOSE_REFUSED
 from chat.models import Conversation, HelpArticle, Turn
 from chat.visitors import hash_key
 from kookee.asgi import application
-from tests.chat.chat_client import ORIGIN, ChatClient, new_session_key
+from tests.chat.chat_client import HOST, ORIGIN, ChatClient, new_session_key
 from tests.provider import WaitFor, answer, finish, text, usage
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -47,7 +47,7 @@ def signed_at(value: str, seconds_ago: float) -> str:
 
 
 async def connect_with_token(token: str, session_key: str | None = None, origin: bytes = ORIGIN) -> ChatClient:
-    headers = [(b"origin", origin)]
+    headers = [(b"origin", origin), (b"host", HOST)]
     if session_key:
         headers.append((b"cookie", f"sessionid={session_key}".encode()))
     path = f"/ws/chat/?token={quote(token, safe='')}"
@@ -606,7 +606,7 @@ async def test_a_widget_conversation_keeps_the_page_it_came_from(settings, use_p
     use_provider.queue(answer("Hello!"))
     page = quote("https://www.example.com/pricing?coupon=SECRET", safe="")
     path = f"/ws/chat/?token={quote(embed.new_token(), safe='')}&page={page}"
-    client = ChatClient(WebsocketCommunicator(application, path, headers=[(b"origin", ORIGIN)]))
+    client = ChatClient(WebsocketCommunicator(application, path, headers=[(b"origin", ORIGIN), (b"host", HOST)]))
     client.connected, _ = await client.communicator.connect()
     try:
         await client.finish(await client.ask("hi"))
@@ -621,7 +621,9 @@ async def test_a_chat_page_conversation_has_no_source_page_whatever_the_socket_s
     use_provider.queue(answer("Hello!"))
     cookie = f"sessionid={await new_session_key()}".encode()
     path = "/ws/chat/?page=" + quote("http://localhost/pretend", safe="")
-    client = ChatClient(WebsocketCommunicator(application, path, headers=[(b"origin", ORIGIN), (b"cookie", cookie)]))
+    client = ChatClient(
+        WebsocketCommunicator(application, path, headers=[(b"origin", ORIGIN), (b"host", HOST), (b"cookie", cookie)])
+    )
     client.connected, _ = await client.communicator.connect()
     try:
         await client.finish(await client.ask("hi"))

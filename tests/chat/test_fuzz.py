@@ -124,6 +124,7 @@ async def send_raw(chat: ChatClient, raw: str | bytes) -> None:
 
 async def test_random_frames_never_break_the_connection(use_provider, settings):
     settings.KOOKEE_FRAME_BURST = 10**9
+    settings.KOOKEE_FRAME_BYTES_BURST = 10**12  # huge frames, thousands of them: limits are tested elsewhere
     settings.KOOKEE_TURNS_PER_MINUTE = 10**6
     settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = 10**6
     settings.KOOKEE_PROVIDER_RETRIES = 0

@@ -246,7 +246,7 @@ async def test_a_process_shutting_down_starts_no_more_turns(tabs, use_provider):
 
 def test_a_second_turn_in_a_conversation_is_busy():
     visitor = Visitor.of(hash_key("someone"), None)
-    conversation_id, _, _ = services.start_turn(visitor, None, "first", "m")
+    conversation_id = services.start_turn(visitor, None, "first", "m").conversation_id
     with pytest.raises(services.Busy):
         services.start_turn(visitor, conversation_id, "second", "m")
     assert Turn.objects.count() == 1

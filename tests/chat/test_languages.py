@@ -6,14 +6,14 @@ import pytest
 from channels.testing import WebsocketCommunicator
 
 from kookee.asgi import application
-from tests.chat.chat_client import ORIGIN, ChatClient, new_session_key
+from tests.chat.chat_client import HOST, ORIGIN, ChatClient, new_session_key
 from tests.provider import HTTPError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def tab(session_key: str, language: str) -> ChatClient:
-    headers = [(b"origin", ORIGIN), (b"cookie", f"sessionid={session_key}".encode())]
+    headers = [(b"origin", ORIGIN), (b"host", HOST), (b"cookie", f"sessionid={session_key}".encode())]
     if language:
         headers.append((b"accept-language", language.encode()))
     client = ChatClient(WebsocketCommunicator(application, "/ws/chat/", headers=headers))

@@ -13,17 +13,18 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 
 from billing.models import LedgerEntry
 from chat import embed, limits
 from chat.consumers import CLOSE_FLOOD, CLOSE_IDLE, CLOSE_TOO_MANY
 from chat.limits import FrameBudget
-from chat.models import Conversation, Turn
-from chat.visitors import hash_key
+from chat.models import Conversation, DayBudget, Turn
+from chat.visitors import Visitor, hash_key
 from kookee.asgi import application
-from tests.chat.chat_client import ORIGIN, ChatClient, new_session_key
-from tests.provider import WaitFor, answer, finish, text, usage
+from tests.chat.chat_client import HOST, ORIGIN, ChatClient, new_session_key
+from tests.provider import WaitFor, answer, finish, text, tool_round, usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,7 +50,7 @@ async def connect_from(address, session_key=None):
     in the scope (so `_client_address` is None and the address limit is not
     applied); daphne puts ("ip", port) there, so do the same."""
     key = session_key or await new_session_key()
-    headers = [(b"origin", ORIGIN), (b"cookie", f"sessionid={key}".encode())]
+    headers = [(b"origin", ORIGIN), (b"host", HOST), (b"cookie", f"sessionid={key}".encode())]
     communicator = WebsocketCommunicator(application, "/ws/chat/", headers=headers)
     communicator.scope["client"] = (address, 50123)
     client = ChatClient(communicator)
@@ -157,37 +158,39 @@ async def test_a_conversation_over_its_token_budget_is_refused(visitors, use_pro
 
 
 async def test_the_daily_token_budget_is_for_the_whole_site_and_for_today(visitors, use_provider, settings):
-    settings.KOOKEE_TOKENS_PER_DAY = 500
+    settings.KOOKEE_TOKENS_PER_DAY = 10_000
+    settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
     first = await visitors()
-    use_provider.queue(answer("ok", 600, 10), answer("A new day."))
+    use_provider.queue(answer("ok", 9500, 10), answer("A new day."))
     first_turn = await first.ask("a long question")
     await first.finish(first_turn)
 
-    # A fresh conversation is under its own budget: only the daily one refuses it.
+    # A fresh conversation is under its own budget: only the daily one
+    # refuses it, since 490 tokens left cannot hold a turn's worst case.
     second = await visitors()
     await refused(second, "budget_exhausted")
     assert await turn_count() == 1
     assert len(use_provider.requests) == 1
 
-    await backdate_ledger_entry(first_turn, timezone.now() - timedelta(days=1))
+    await as_if_yesterday()
 
     assert (await second.finish(await second.ask("hi")))["status"] == "completed"
     assert len(use_provider.requests) == 2
 
 
 @database_sync_to_async
-def backdate_ledger_entry(turn_id, when):
-    # Simulates time passing. The ledger is append-only (its queryset refuses
-    # update()), so move the entry's date with SQL, as a clock would.
+def as_if_yesterday():
+    """Simulates midnight: what was spent was spent yesterday. The ledger is
+    append-only (its queryset refuses update()), so its dates move with SQL,
+    as a clock would."""
     table = connection.ops.quote_name(LedgerEntry._meta.db_table)
     column = connection.ops.quote_name(LedgerEntry._meta.get_field("created_at").column)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET {column} = %s WHERE turn_id = %s",
-            [connection.ops.adapt_datetimefield_value(when), turn_id],
+            f"UPDATE {table} SET {column} = %s",
+            [connection.ops.adapt_datetimefield_value(timezone.now() - timedelta(days=1))],
         )
-        assert cursor.rowcount == 1
-    limits.day_totals.clear()  # the cached day totals start afresh, as at midnight
+    DayBudget.objects.update(day=F("day") - timedelta(days=1))
 
 
 # --- frame floods ----------------------------------------------------------------------------
@@ -285,7 +288,7 @@ def conversation_count() -> int:
 async def connect_as(address, *, token=False, forwarded_for=None):
     """A brand-new visitor (a fresh cookie, or a fresh widget token) at a
     peer address, as an abuser rotating identities would connect."""
-    headers = [(b"origin", ORIGIN)]
+    headers = [(b"origin", ORIGIN), (b"host", HOST)]
     if forwarded_for:
         headers.append((b"x-forwarded-for", forwarded_for.encode()))
     if token:
@@ -303,13 +306,17 @@ async def connect_as(address, *, token=False, forwarded_for=None):
 
 @pytest.fixture
 def budgets(settings, use_provider):
-    """A site day of 10,000 tokens, of which one network may take 10%; every
-    answer costs 300 tokens, so a network is spent after 4 turns."""
-    settings.KOOKEE_TOKENS_PER_DAY = 10_000
+    """A site day of 100,000 tokens, of which one network (an IPv4 address,
+    an IPv6 /64) may take 10%; every answer costs 2,500 tokens. A turn
+    starts only when its worst case (its prompt, about 500 tokens, and at
+    most 100 written) fits: so a network is spent after exactly 4 turns."""
+    settings.KOOKEE_TOKENS_PER_DAY = 100_000
     settings.KOOKEE_NETWORK_SHARE_OF_DAY = 0.1
+    settings.KOOKEE_IPV6_BUDGETS = {64: 0.1, 56: 0.2, 48: 0.4}
+    settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
     settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = 1000
     settings.KOOKEE_SOCKETS_PER_NETWORK = 1000
-    use_provider.queue(*[answer("Sure.", 200, 100) for _ in range(20)])
+    use_provider.queue(*[answer("Sure.", 2400, 100) for _ in range(30)])
     return use_provider
 
 
@@ -392,13 +399,6 @@ async def test_budgets_count_only_today(budgets):
     for _ in range(4):
         assert await chats(await connect_as("203.0.113.7")) == "completed"
 
-    @database_sync_to_async
-    def as_if_yesterday():
-        # The ledger is append-only; rewrite its dates underneath it.
-        with connection.cursor() as cursor:
-            cursor.execute("UPDATE billing_ledgerentry SET created_at = %s", [timezone.now() - timedelta(days=1)])
-        limits.day_totals.clear()  # as at midnight
-
     await as_if_yesterday()
     assert await chats(await connect_as("203.0.113.7")) == "completed"
 
@@ -459,34 +459,162 @@ async def test_a_running_turn_keeps_its_socket_open_past_the_idle_time(visitors,
     assert closed["code"] == CLOSE_IDLE
 
 
-# --- cached day totals -------------------------------------------------------------------------
+# --- budgets that hold: IPv6 layers, turns at once, rounds ---------------------------------
+
+
+async def test_rotating_the_64s_of_a_56_stops_at_the_56s_budget(budgets):
+    # The audit's rotation: 2001:db8:0:N::1, a fresh /64 each time. Each /64
+    # may take 10% of the day, its /56 20% (8 turns), its /48 40%.
+    outcomes = [await chats(await connect_as(f"2001:db8:0:{n:x}::1")) for n in range(12)]
+
+    assert outcomes == ["completed"] * 8 + ["network_budget_exhausted"] * 4
+    # Another /56 of the same /48 still chats, until the /48's share is spent.
+    assert await chats(await connect_as("2001:db8:0:100::1")) == "completed"
+    # And anyone else: the site is far from spent.
+    assert await chats(await connect_as("2001:db8:5::1")) == "completed"
+    assert await chats(await connect_as("198.51.100.9")) == "completed"
+    assert await network_spent("2001:db8::/56") <= 20_000
+
+
+async def test_a_48_cannot_take_more_than_its_share_whichever_56s_it_rotates(budgets):
+    outcomes = [await chats(await connect_as(f"2001:db8:0:{n:x}00::1")) for n in range(20)]
+
+    assert outcomes.count("completed") == 16  # 40% of 100,000, at 2,500 a turn
+    assert set(outcomes[16:]) == {"network_budget_exhausted"}
+    assert await network_spent("2001:db8::/48") == 40_000
+    assert await chats(await connect_as("2001:db9::1")) == "completed"
+
+
+async def test_the_ipv6_layers_can_be_sized_by_the_operator(budgets, settings):
+    # Only a /60 and a /52 layer: a /64 is no unit of its own any more.
+    settings.KOOKEE_IPV6_BUDGETS = {60: 0.1, 52: 0.3}
+
+    outcomes = [await chats(await connect_as(f"2001:db8:0:{n:x}::1")) for n in range(6)]
+
+    assert outcomes == ["completed"] * 4 + ["network_budget_exhausted"] * 2  # all in one /60
+    stored = await database_sync_to_async(list)(Turn.objects.values_list("client_network", flat=True))
+    assert set(stored) == {"2001:db8::/60"}
+
+
+@database_sync_to_async
+def network_spent(network: str) -> int:
+    return DayBudget.objects.get(key=limits.network_key(network)).tokens
+
+
+async def test_turns_at_once_cannot_pass_a_budget_together(settings, use_provider):
+    # The audit's race: fresh cookies from one network, all at once, each
+    # counted against the budget as soon as it starts, not once billed.
+    settings.KOOKEE_TOKENS_PER_DAY = 100_000
+    settings.KOOKEE_NETWORK_SHARE_OF_DAY = 0.1  # 10,000 for the address
+    settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
+    settings.KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = 1000
+    settings.KOOKEE_SOCKETS_PER_NETWORK = 1000
+    release = asyncio.Event()
+    # What a provider reports is close to the estimate held: the prompt
+    # (about 500 tokens), and no more than the most it may write.
+    held_answer = [text("Sure."), WaitFor(release), finish(), usage(480, 100)]
+    use_provider.queue(*[answer("Sure.", 480, 100) for _ in range(2)])
+    for _ in range(2):
+        assert await chats(await connect_as("203.0.113.7")) == "completed"
+    use_provider.queue(*[held_answer for _ in range(20)])
+
+    clients = [await connect_as("203.0.113.7") for _ in range(20)]
+    for client in clients:
+        await client.send({"type": "message", "text": "one more, please"})
+    firsts = [await client.receive() for client in clients]
+    release.set()
+    started = [(c, f["turn_id"]) for c, f in zip(clients, firsts, strict=True) if f["type"] == "turn.started"]
+    refusals = {f["code"] for f in firsts if f["type"] == "error"}
+    for client, turn_id in started:
+        assert (await client.finish(turn_id))["status"] == "completed"
+    for client in clients:
+        await client.close()
+
+    assert refusals == {"network_budget_exhausted"}
+    assert 0 < len(started) < 20
+    billed = await database_sync_to_async(
+        lambda: sum(e.input_tokens + e.output_tokens for e in LedgerEntry.objects.all())
+    )()
+    assert billed <= 10_000
+    # What the counter says is what the ledger billed: every hold settled.
+    assert await network_spent("203.0.113.7/32") == billed
+
+
+async def test_a_round_the_budget_cannot_hold_ends_the_turn_failed_and_billed(settings, use_provider):
+    settings.KOOKEE_TOKENS_PER_DAY = 10_000
+    settings.KOOKEE_NETWORK_SHARE_OF_DAY = 0.1  # 1,000: a first round, not a second
+    settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
+    search = tool_round([("call_1", "search_help_center", {"query": "invoices"})], "Let me look.", 470, 20)
+    use_provider.queue(search, answer("Never asked for."))
+    client = await connect_as("203.0.113.7")
+
+    turn_id = await client.ask("How do I get my invoices?")
+    ended = await client.finish(turn_id)
+    error = next(f for f in client.frames if f["type"] == "error")
+    await client.close()
+
+    assert ended["status"] == "failed" and ended["generations"] == 1
+    assert error["code"] == "network_budget_exhausted" and error["turn_id"] == turn_id
+    assert client.text_of(turn_id) == "Let me look."
+    assert len(use_provider.requests) == 1
+    assert ended["usage"]["input_tokens"] + ended["usage"]["output_tokens"] == 490
+    assert await network_spent("203.0.113.7/32") == 490
+    turn = await database_sync_to_async(Turn.objects.get)(pk=turn_id)
+    assert turn.budget == {}  # settled
+
+
+async def test_a_turn_holds_its_worst_case_while_it_runs_and_settles_at_its_end(settings, use_provider):
+    settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
+    release = asyncio.Event()
+    use_provider.queue([text("Sure."), WaitFor(release), finish(), usage(480, 7)])
+    client = await connect_as("203.0.113.7")
+
+    turn_id = await client.ask("hi")
+    await client.receive_until("delta")
+    held = await network_spent("203.0.113.7/32")
+    turn = await database_sync_to_async(Turn.objects.get)(pk=turn_id)
+    release.set()
+    await client.finish(turn_id)
+    await client.close()
+
+    assert held == turn.budget["tokens"] > 100  # the prompt's estimate and the most it may write
+    assert turn.budget["keys"] == [limits.network_key("203.0.113.7/32"), limits.SITE]
+    assert await network_spent("203.0.113.7/32") == 487
+    assert await database_sync_to_async(DayBudget.objects.get)(key=limits.SITE) is not None
+
+
+async def test_the_sweeper_settles_a_turn_whose_process_died(settings, use_provider):
+    from chat import services
+
+    settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
+
+    @database_sync_to_async
+    def dead_turn():
+        visitor = Visitor.of(hash_key("gone"), "203.0.113.7")
+        turn_id = services.start_turn(visitor, None, "hi", "gpt-4o-mini", tool_chars=900).turn_id
+        Turn.objects.filter(pk=turn_id).update(
+            heartbeat_at=timezone.now() - timedelta(minutes=5), checkpoint_round=1, checkpoint_input_tokens=400
+        )
+        return turn_id
+
+    turn_id = await dead_turn()
+    held = await network_spent("203.0.113.7/32")
+    closed = await database_sync_to_async(services.close_stale_turns)(30)
+
+    assert [turn for _, turn in closed] == [turn_id]
+    assert held > 400
+    assert await network_spent("203.0.113.7/32") == 400
+    assert (await database_sync_to_async(Turn.objects.get)(pk=turn_id)).budget == {}
 
 
 @pytest.mark.django_db
-def test_day_totals_count_own_bills_at_once_and_others_within_the_cache_time(settings, monkeypatch):
-    from billing.services import bill_once
+def test_old_day_counters_are_purged(transactional_db):
+    from billing import days
+    from chat import services
 
-    settings.KOOKEE_BUDGET_CACHE_SECONDS = 5
-    clock = [1000.0]
-    monkeypatch.setattr(limits.time, "monotonic", lambda: clock[0])
-    totals = limits.DayTotals()
-    today = LedgerEntry.objects.all()
-    assert totals.get(limits.SITE, today) == 0
+    today = days.today()
+    for age in (0, 1, 2, 30):
+        DayBudget.objects.create(day=today - timedelta(days=age), key=limits.SITE, tokens=1)
 
-    conversation = Conversation.objects.create(visitor_hash="v")
-    elsewhere = Turn.objects.create(conversation=conversation, user_text="q", model="gpt-4o-mini")
-    bill_once(elsewhere.id, model="gpt-4o-mini", input_tokens=100, output_tokens=0, estimated=False)
-    totals.add([limits.SITE], 30)  # this process billed 30 meanwhile
-    assert totals.get(limits.SITE, today) == 30  # another process's 100: not yet
-
-    clock[0] += 5
-    assert totals.get(limits.SITE, today) == 100  # summed again: the ledger is the truth
-
-
-@pytest.mark.django_db
-def test_day_totals_keep_a_bounded_number_of_networks(monkeypatch):
-    monkeypatch.setattr(limits.DayTotals, "MAX_KEYS", 3)
-    totals = limits.DayTotals()
-    for number in range(10):
-        totals.get(limits.network_key(f"198.51.100.{number}"), LedgerEntry.objects.none())
-    assert len(totals._totals) <= 3
+    assert services.purge_expired()["day_budgets"] == 2
+    assert sorted(DayBudget.objects.values_list("day", flat=True)) == [today - timedelta(days=1), today]

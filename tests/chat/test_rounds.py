@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from chat.rounds import Ratios, Round, RoundLoop, Tool, Usage
+from chat.rounds import EndTurn, Ratios, Round, RoundLoop, Tool, Usage
 from tests.provider import (
     CHUNK_BASE,
     DONE,
@@ -30,6 +30,7 @@ class Sink:
         self.deltas = []
         self.tools = []
         self.rounds = []
+        self.next_prompt_tokens = []
         self.got_text = asyncio.Event()
 
     async def delta(self, text):
@@ -39,8 +40,9 @@ class Sink:
     async def tool(self, name, status):
         self.tools.append((name, status))
 
-    async def round_ended(self, rnd: Round):
+    async def round_ended(self, rnd: Round, next_prompt_tokens: int):
         self.rounds.append(rnd)
+        self.next_prompt_tokens.append(next_prompt_tokens)
 
     @property
     def text(self):
@@ -170,6 +172,37 @@ async def test_the_input_estimate_counts_tool_definitions_and_message_framing(pr
     assert rnd.prompt_chars == tools_chars + text_chars
     # 3 tokens a message and 3 to prime the reply, as OpenAI counts them.
     assert rnd.usage.input_tokens == -(-rnd.prompt_chars // 4) + 3 * len(MESSAGES) + 3
+
+
+async def test_the_sink_hears_the_next_prompts_estimate_before_it_is_asked(provider, open_stream):
+    provider.queue(tool_round([("call_a", "search_help_center", {"query": "sso"})]), answer("Use SAML."))
+    outcome, loop, sink, _ = await run(open_stream)
+
+    assert outcome.status == "completed"
+    # As the second round itself would estimate its prompt (its tool result included).
+    assert sink.next_prompt_tokens == [_estimate(loop.rounds[1])]
+
+
+def _estimate(rnd):
+    return -(-rnd.prompt_chars // 4) + 3 * rnd.prompt_messages + 3
+
+
+async def test_a_sink_may_end_the_turn_between_rounds(provider, open_stream):
+    class Refusing(Sink):
+        async def round_ended(self, rnd, next_prompt_tokens):
+            await super().round_ended(rnd, next_prompt_tokens)
+            raise EndTurn("budget_exhausted")
+
+    provider.queue(tool_round([("call_a", "search_help_center", {"query": "sso"})], "Let me check."), answer("No."))
+    sink = Refusing()
+    tool = Tool("search_help_center", "Search.", {"type": "object", "properties": {}}, Search())
+    loop = RoundLoop(open_stream, [tool], sink, 5)
+
+    outcome = await loop.run(MESSAGES)
+
+    assert (outcome.status, outcome.error) == ("failed", "budget_exhausted")
+    assert len(provider.requests) == 1 and len(loop.rounds) == 1
+    assert loop.text == sink.text == "Let me check."
 
 
 async def test_a_round_is_estimated_with_the_ratios_it_was_given(provider, open_stream):

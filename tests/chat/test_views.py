@@ -2,13 +2,15 @@
 
 import json
 import re
+import time
 
 import pytest
 from django.contrib.sessions.models import Session
 from django.test import Client
 
-from chat import services
+from chat import services, sessions
 from chat.models import Conversation, HelpArticle, Turn
+from chat.sessions import SessionStore
 from chat.visitors import hash_key
 
 pytestmark = pytest.mark.django_db
@@ -74,14 +76,73 @@ def test_the_session_key_is_never_stored_only_its_keyed_hash(client):
 
 
 def test_a_cookie_for_a_vanished_session_gets_a_fresh_session(client):
-    client.get("/")
-    stale = client.cookies["sessionid"].value
+    # An ordinary session (a staff login's, or one from before minted keys)
+    # whose row is gone.
+    stale = SessionStore()
+    stale.create()
+    client.cookies["sessionid"] = stale.session_key
     Session.objects.all().delete()
 
     response = client.get("/")
 
     assert response.status_code == 200
-    assert client.cookies["sessionid"].value != stale
+    assert client.cookies["sessionid"].value != stale.session_key
+    assert sessions.minted_alive(client.cookies["sessionid"].value)
+
+
+def test_page_views_write_no_session_row(client):
+    for _ in range(20):
+        Client().get("/")
+    client.get("/")
+    client.get("/")
+
+    assert Session.objects.count() == 0
+    key = client.cookies["sessionid"].value
+    assert sessions.minted_alive(key)
+
+
+@pytest.mark.parametrize(
+    "cookie",
+    [
+        sessions.mint_key(now=time.time() - 15 * 24 * 3600),  # older than SESSION_COOKIE_AGE
+        sessions.mint_key()[:-1] + "x",  # a forged tag
+        "a" * 40,
+        "short",
+    ],
+    ids=["expired", "forged", "made-up", "short"],
+)
+def test_a_minted_key_that_is_no_good_gets_a_fresh_one(client, cookie):
+    client.cookies["sessionid"] = cookie
+
+    client.get("/")
+
+    fresh = client.cookies["sessionid"].value
+    assert fresh != cookie
+    assert sessions.minted_alive(fresh)
+
+
+def test_a_minted_session_is_written_once_it_holds_something(client):
+    client.get("/")
+    key = client.cookies["sessionid"].value
+    session = SessionStore(key)
+    session["language"] = "pt-br"
+    session.save()
+
+    assert Session.objects.get().session_key == key
+    assert SessionStore(key).load() == {"language": "pt-br"}
+
+
+def test_the_production_cookie_is_host_only_and_secure(client, settings):
+    # As DEBUG off sets them (tests/test_security.py checks the settings).
+    settings.SESSION_COOKIE_NAME = "__Host-sessionid"
+    settings.SESSION_COOKIE_SECURE = True
+
+    response = client.get("/", secure=True)
+
+    morsel = response.cookies["__Host-sessionid"]
+    assert morsel["secure"] and morsel["path"] == "/" and not morsel["domain"]
+    assert sessions.minted_alive(morsel.value)
+    assert Session.objects.count() == 0
 
 
 def test_a_revoked_session_gets_a_new_key_and_keeps_its_data(client):
