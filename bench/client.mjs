@@ -41,7 +41,8 @@ async function session(address, forwardedFor) {
   });
   const cookies = response.headers.getSetCookie().map((c) => c.split(";")[0]);
   await response.arrayBuffer();
-  const cookie = cookies.find((c) => c.startsWith("sessionid="));
+  // __Host-sessionid as production names it; sessionid under DEBUG.
+  const cookie = cookies.find((c) => c.startsWith("sessionid=") || c.startsWith("__Host-sessionid="));
   if (!cookie) throw new Error(`no session from GET / (${response.status})`);
   return cookie;
 }

@@ -44,6 +44,9 @@ SERVER_ENV = {
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
     "DJANGO_SECURE_SSL_REDIRECT": "false",
     "KOOKEE_TRUSTED_PROXIES": "127.0.0.1",
+    # The clients play browsers behind a TLS proxy on 443: the socket's
+    # Origin is this site's (chat/origins.py).
+    "KOOKEE_SITE_URL": "https://127.0.0.1",
     # A visitor of the load client asks back to back, for minutes.
     "KOOKEE_TURNS_PER_MINUTE": "100000",
     "KOOKEE_TOKENS_PER_VISITOR_PER_DAY": "1000000000",
@@ -173,6 +176,12 @@ def servers(env: dict[str, str], count: int = 1, kind: str = "daphne", extra_arg
             process.wait(timeout=30)
 
 
+def session_of(set_cookies: list[str]) -> str:
+    """The session cookie among a response's: `__Host-sessionid` as
+    production names it, `sessionid` under DEBUG."""
+    return next(c.split(";")[0] for c in set_cookies if c.startswith(("sessionid=", "__Host-sessionid=")))
+
+
 def record_scripts(address: str, path: Path) -> None:
     """Asks each question once as one visitor and saves the frames the app
     sent, with the pause before each, for the bare relay to replay."""
@@ -180,7 +189,7 @@ def record_scripts(address: str, path: Path) -> None:
         f"http://{address}/", headers={"X-Forwarded-Proto": "https", "X-Forwarded-For": "10.255.0.1"}
     )
     with urllib.request.urlopen(request) as response:
-        cookie = next(c.split(";")[0] for c in response.headers.get_all("Set-Cookie") if c.startswith("sessionid="))
+        cookie = session_of(response.headers.get_all("Set-Cookie"))
     path.write_text(json.dumps(asyncio.run(_record(address, cookie))))
 
 

@@ -190,7 +190,7 @@ class _Sink:
     async def tool(self, name: str, status: str) -> None:
         pass
 
-    async def round_ended(self, rnd: Round) -> None:
+    async def round_ended(self, rnd: Round, next_prompt_tokens: int) -> None:
         pass
 
 

@@ -51,6 +51,7 @@ from harness import (
     save,
     server_env,
     servers,
+    session_of,
 )
 
 TTFT_MS = 300
@@ -66,7 +67,7 @@ def session_cookie(address: str, forwarded_for: str) -> str:
     headers = {"X-Forwarded-Proto": "https", "X-Forwarded-For": forwarded_for}
     request = urllib.request.Request(f"http://{address}/", headers=headers)
     with urllib.request.urlopen(request) as response:
-        return next(c.split(";")[0] for c in response.headers.get_all("Set-Cookie") if c.startswith("sessionid="))
+        return session_of(response.headers.get_all("Set-Cookie"))
 
 
 async def visitor(

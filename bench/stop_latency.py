@@ -32,7 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from harness import RESULTS, migrate, percentile, save, server_env, servers
+from harness import RESULTS, migrate, percentile, save, server_env, servers, session_of
 
 from tests.provider import Pause, ScriptedProvider, text
 
@@ -63,7 +63,7 @@ def session_cookie(address: str) -> str:
     headers = {"X-Forwarded-Proto": "https", "X-Forwarded-For": FORWARDED_FOR}
     request = urllib.request.Request(f"http://{address}/", headers=headers)
     with urllib.request.urlopen(request) as response:
-        return next(c.split(";")[0] for c in response.headers.get_all("Set-Cookie") if c.startswith("sessionid="))
+        return session_of(response.headers.get_all("Set-Cookie"))
 
 
 async def stops(address: str, scripted: ScriptedProvider, count: int) -> dict[str, Any]:
