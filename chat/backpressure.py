@@ -10,12 +10,15 @@ the hub delivering the visitor's turns.
 
 So every message for a socket goes through its `Outbox`, which never waits
 for a slow reader, and bounds what waits for the socket: past
-KOOKEE_SOCKET_BACKLOG_BYTES, what waits is dropped and the socket is closed
-with CLOSE_BACKLOG (the page reconnects and resumes; nothing is lost but
-frames it was not reading). Under daphne, whose `send` never waits, messages
-go straight on and daphne's own buffer is what is bounded; elsewhere they
-are queued in order and sent by a task of the socket's own (a task per burst
-costs about 14 us a frame, which daphne's sockets are spared).
+KOOKEE_SOCKET_BACKLOG_BYTES (one frame always fits when nothing waits), what
+waits here is dropped and the socket is closed with CLOSE_BACKLOG. The close
+frame itself waits behind what the client has not read, so the connection
+is dropped ABORT_AFTER_SECONDS later (as autobahn does after a close), and
+the consumer lets go of the socket at once. Under daphne, whose `send`
+never waits, messages go straight on and daphne's own buffer is what is
+bounded; elsewhere they are queued in order and sent by a task of the
+socket's own (a task per burst costs about 14 us a frame, which daphne's
+sockets are spared).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 logger = logging.getLogger("kookee.backpressure")
@@ -32,24 +36,46 @@ logger = logging.getLogger("kookee.backpressure")
 # Close code: more waited to be sent to this socket than it may hold. (An
 # application may close with 1000 or 3000-4999 only, under daphne.)
 CLOSE_BACKLOG = 4413
+# After a close that overflowed, the connection is dropped this much later:
+# the close waits behind what the client does not read.
+ABORT_AFTER_SECONDS = 1.0
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 Unsent = Callable[[], int]
 
-SCOPE_KEY = "kookee.unsent"
+
+@dataclass(frozen=True)
+class ServerSocket:
+    """What the server lets us see of a WebSocket's connection: how many
+    bytes it holds unsent, and how to drop it; None where it cannot tell."""
+
+    unsent: Unsent | None = None
+    abort: Callable[[], None] | None = None
+
+
+SCOPE_KEY = "kookee.socket"
 
 
 def measured(application: Any) -> Any:
-    """ASGI middleware: gives each WebSocket's scope a way to read what the
-    server holds unsent for it, when it can tell (see `unsent_of`), from
-    the server's own `send`, before any middleware wraps it."""
+    """ASGI middleware: gives each WebSocket's scope its ServerSocket, read
+    from the server's own `send`, before any middleware wraps it."""
 
-    async def with_unsent(scope: dict[str, Any], receive: Any, send: Send) -> None:
+    async def with_socket(scope: dict[str, Any], receive: Any, send: Send) -> None:
         if scope["type"] == "websocket":
-            scope = {**scope, SCOPE_KEY: unsent_of(send)}
+            scope = {**scope, SCOPE_KEY: socket_of(send)}
         await application(scope, receive, send)
 
-    return with_unsent
+    return with_socket
+
+
+def socket_of(send: Send) -> ServerSocket:
+    """daphne's `send` is partial(Server.handle_reply, protocol), uvicorn's
+    its protocol's bound `asgi_send`: either leads to the connection's
+    transport (Twisted's, asyncio's), whose public abort drops it."""
+    owner = send.args[0] if isinstance(send, functools.partial) and send.args else getattr(send, "__self__", None)
+    transport = getattr(owner, "transport", None)
+    abort = getattr(transport, "abortConnection", None) or getattr(transport, "abort", None)
+    return ServerSocket(unsent_of(send), abort if callable(abort) else None)
 
 
 def unsent_of(send: Send) -> Unsent | None:
@@ -97,15 +123,26 @@ class Outbox:
     CLOSE_BACKLOG; later messages are dropped.
     """
 
-    def __init__(self, send: Send, limit: int, unsent: Unsent | None = None) -> None:
+    def __init__(
+        self,
+        send: Send,
+        limit: int,
+        unsent: Unsent | None = None,
+        *,
+        abort: Callable[[], None] | None = None,
+        on_overflow: Callable[[], None] | None = None,
+    ) -> None:
         self._send = send
         self.limit = limit
         self.unsent = unsent
-        self.queue: deque[dict[str, Any]] = deque()
+        self.abort = abort
+        self.on_overflow = on_overflow
+        self.queue: deque[tuple[dict[str, Any], int]] = deque()  # messages and their sizes
         self.queued_bytes = 0
         self.overflowed = False
         self.closed = False
         self._sender: asyncio.Task | None = None
+        self._abort_timer: asyncio.TimerHandle | None = None
 
     @property
     def backlog(self) -> int:
@@ -117,24 +154,20 @@ class Outbox:
         if self.closed:
             return
         size = _size(message)
-        if size and self.backlog + size > self.limit:
+        backlog = self.backlog
+        if size and backlog and backlog + size > self.limit:
             self._overflow()
             return
         if message["type"] == "websocket.close":
             self.closed = True  # nothing goes after a close
         if self.unsent is not None and not self.queue:
-            await self._send_now(message)
+            # daphne's send returns at once, and quietly for a socket gone:
+            # anything it raises is a fault of ours, for the consumer to see.
+            await self._send(message)
             return
-        self.queue.append(message)
+        self.queue.append((message, size))
         self.queued_bytes += size
         self._start_sender()
-
-    async def _send_now(self, message: dict[str, Any]) -> None:
-        try:
-            await self._send(message)
-        except Exception:
-            logger.debug("a %s was not sent to a closing socket", message["type"])
-            self.forget()
 
     def _start_sender(self) -> None:
         if self._sender is None or self._sender.done():
@@ -142,8 +175,8 @@ class Outbox:
 
     async def _send_all(self) -> None:
         while self.queue:
-            message = self.queue.popleft()
-            self.queued_bytes -= _size(message)
+            # Counted until sent: a send can wait as long as the client does.
+            message, size = self.queue[0]
             try:
                 await self._send(message)
             except asyncio.CancelledError:
@@ -153,11 +186,14 @@ class Outbox:
                 logger.debug("a %s was not sent to a closing socket", message["type"])
                 self._drop()
                 return
+            self.queue.popleft()
+            self.queued_bytes -= size
 
     def _overflow(self) -> None:
-        """The client does not read: drop what waits and close the socket.
-        A send that waits for the socket is abandoned (uvicorn), so that the
-        close is not queued behind it."""
+        """The client does not read: drop what waits, close the socket, and
+        drop the connection if the close has not gone through. A send that
+        waits for the socket is abandoned (uvicorn), so that the close is
+        not queued behind it."""
         logger.warning("a socket's backlog passed %s bytes: closed with %s", self.limit, CLOSE_BACKLOG)
         self.overflowed = True
         self._drop()
@@ -165,8 +201,19 @@ class Outbox:
             self._sender.cancel()
         close = {"type": "websocket.close", "code": CLOSE_BACKLOG, "reason": "Not reading."}
         self.closed = True
-        self.queue.append(close)
+        self.queue.append((close, 0))
         self._sender = asyncio.ensure_future(self._send_all())
+        if self.abort is not None:
+            self._abort_timer = asyncio.get_running_loop().call_later(ABORT_AFTER_SECONDS, self._abort)
+        if self.on_overflow is not None:
+            self.on_overflow()
+
+    def _abort(self) -> None:
+        self._abort_timer = None
+        try:
+            self.abort()
+        except Exception:
+            logger.exception("could not drop a socket that does not read")
 
     def _drop(self) -> None:
         self.queue.clear()
@@ -178,12 +225,15 @@ class Outbox:
         self._drop()
         if self._sender is not None and not self._sender.done():
             self._sender.cancel()
+        if self._abort_timer is not None:
+            self._abort_timer.cancel()
+            self._abort_timer = None
 
 
 def _size(message: dict[str, Any]) -> int:
-    # Characters, not bytes: close enough for a bound, and no encoding per frame.
+    # Bytes, as the server counts them (about 0.1 us to encode a delta).
     text = message.get("text")
     if text is not None:
-        return len(text)
+        return len(text.encode("utf-8", "surrogatepass"))
     data = message.get("bytes")
     return len(data) if data is not None else 0

@@ -57,8 +57,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.tab_id = secrets.token_hex(4)
         # Every message to the socket goes through its outbox, which never
         # waits for the client and bounds what waits for it (chat/backpressure.py).
-        unsent = scope[backpressure.SCOPE_KEY] if backpressure.SCOPE_KEY in scope else backpressure.unsent_of(send)
-        self.outbox = backpressure.Outbox(send, settings.KOOKEE_SOCKET_BACKLOG_BYTES, unsent)
+        server = scope[backpressure.SCOPE_KEY] if backpressure.SCOPE_KEY in scope else backpressure.socket_of(send)
+        self.outbox = backpressure.Outbox(
+            send,
+            settings.KOOKEE_SOCKET_BACKLOG_BYTES,
+            server.unsent,
+            abort=server.abort,
+            on_overflow=self._on_overflow,
+        )
         lifecycle.connections.add(asyncio.current_task())
         try:
             await super().__call__(scope, receive, self.outbox.send)
@@ -70,7 +76,14 @@ class ChatConsumer(AsyncWebsocketConsumer):
             raise
         finally:
             lifecycle.connections.discard(asyncio.current_task())
+            self.outbox.forget()
             await self._forget_socket()
+
+    def _on_overflow(self) -> None:
+        """The client stopped reading and its socket is being closed (chat/
+        backpressure.py): its slot, its place among the visitor's tabs and
+        its timer go now, not when the server lets go of the connection."""
+        self.leaving = asyncio.ensure_future(self._forget_socket())
 
     async def _await_running_turn(self) -> None:
         broadcast = hub.current().owned.get(self.joined) if self.joined else None
@@ -131,7 +144,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if self.visitor is None or self.outbox.closed:
             return  # refused, or closing: nothing it asks is answered
         self._rearm_idle_timer()
-        if not self.frames.take(len(text_data if text_data is not None else bytes_data or b"")):
+        if not self.frames.take(_size(text_data) if text_data is not None else len(bytes_data or b"")):
             # A flood's turn is stopped now, not when the close handshake ends.
             await self._stop_turn()
             await self._error("flood")
@@ -170,7 +183,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # "before" is echoed, so the page can tell an older page from a fresh look.
         reply = fastjson.dumps({"type": "history", **page, **({"before": before} if before else {})})
         # A few bytes ask for a page: the reply is what the frame costs.
-        self.frames.charge(len(reply))
+        self.frames.charge(_size(reply))
         await self.send(text_data=reply)
 
     async def _save_feedback(self, frame: dict[str, Any]) -> None:
@@ -280,6 +293,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
         with translation.override(self.language):
             text = str(message) if message is not None else errors.message(code)
         await self.send_json({"type": "error", "code": code, "message": text, **fields})
+
+
+def _size(text: str) -> int:
+    """Bytes, as they cross the wire."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None, tuple[int, str] | None] | None:

@@ -184,13 +184,7 @@ def settle(budget: dict[str, Any], spent: int) -> None:
     """The turn ended having spent `spent`: its hold becomes that."""
     if not budget.get("keys"):
         return
-    table, day, key, tokens = _names()
-    marks = ", ".join(["%s"] * len(budget["keys"]))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET {tokens} = {tokens} + %s WHERE {day} = %s AND {key} IN ({marks})",
-            [spent - budget.get("tokens", 0), _day(date.fromisoformat(budget["day"])), *budget["keys"]],
-        )
+    _add(date.fromisoformat(budget["day"]), budget["keys"], spent - budget.get("tokens", 0), within=None)
 
 
 def forget_old_budgets() -> int:
@@ -209,37 +203,47 @@ def _limit_of(key: str) -> tuple[int, str]:
 
 
 def _hold(day: date, keys: list[str], tokens: int) -> None:
-    """Adds `tokens` to each of the day's counters, in one statement, where
-    the sum stays within the budget; raises LimitReached for the first
-    budget (in `keys`' order) that cannot take them. The caller's
-    transaction then rolls back what the others took.
-
-    One upsert, not an ORM read and write: it runs on every turn's start and
-    tool round, on the one database thread (it cost 9% of a loaded server's
-    CPU through the ORM). The row lock is taken by the upsert itself, rows
-    in key order, so two holds never wait on each other in a circle.
-    SQLite 3.35 or later, or PostgreSQL."""
+    """Adds `tokens` to each of the day's counters where the sum stays
+    within the budget; raises LimitReached for the first budget (in `keys`'
+    order) that cannot take them. The caller's transaction then rolls back
+    what the others took."""
     limits = {key: _limit_of(key) for key in keys}
     for key in keys:
         if tokens > limits[key][0]:
             raise LimitReached(limits[key][1])
-    rows = sorted(keys)
-    table, day_column, key_column, tokens_column = _names()
-    values = ", ".join(["(%s, %s, %s)"] * len(rows))
-    cases = " ".join(["WHEN %s THEN %s"] * len(rows))
-    sql = (
-        f"INSERT INTO {table} ({day_column}, {key_column}, {tokens_column}) VALUES {values} "
-        f"ON CONFLICT ({day_column}, {key_column}) DO UPDATE SET {tokens_column} = {table}.{tokens_column} + %s "
-        f"WHERE {table}.{tokens_column} + %s <= CASE {table}.{key_column} {cases} END RETURNING {key_column}"
-    )
-    params = [value for key in rows for value in (_day(day), key, tokens)]
-    params += [tokens, tokens, *(value for key in rows for value in (key, limits[key][0]))]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        held = {row[0] for row in cursor.fetchall()}
+    held = _add(day, keys, tokens, within={key: limit for key, (limit, _) in limits.items()})
     for key in keys:
         if key not in held:
             raise LimitReached(limits[key][1])
+
+
+def _add(day: date, keys: list[str], tokens: int, within: dict[str, int] | None) -> set[str]:
+    """Adds `tokens` to the day's counters of `keys`, creating them, in one
+    statement; with `within`, only to those that stay within their limit.
+    Returns the keys it added to.
+
+    One upsert, not an ORM read and write: it runs on every turn's start,
+    tool round and end, on the one database thread (9% of a loaded server's
+    CPU through the ORM). It locks the rows itself, in key order, as every
+    writer of the counters does, so that two turns never wait on each other
+    in a circle (an UPDATE ... IN () locked them in the table's order, and
+    deadlocked with a hold on PostgreSQL). SQLite 3.35 or later, or PostgreSQL."""
+    rows = sorted(keys)
+    table, day_column, key_column, tokens_column = _names()
+    values = ", ".join(["(%s, %s, %s)"] * len(rows))
+    sql = (
+        f"INSERT INTO {table} ({day_column}, {key_column}, {tokens_column}) VALUES {values} "
+        f"ON CONFLICT ({day_column}, {key_column}) DO UPDATE SET {tokens_column} = {table}.{tokens_column} + %s"
+    )
+    params: list[Any] = [value for key in rows for value in (_day(day), key, tokens)]
+    params.append(tokens)
+    if within is not None:
+        cases = " ".join(["WHEN %s THEN %s"] * len(rows))
+        sql += f" WHERE {table}.{tokens_column} + %s <= CASE {table}.{key_column} {cases} END"
+        params += [tokens, *(value for key in rows for value in (key, within[key]))]
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} RETURNING {key_column}", params)
+        return {row[0] for row in cursor.fetchall()}
 
 
 def _names() -> tuple[str, str, str, str]:

@@ -5,15 +5,17 @@ An origin is a scheme, a host and a port: `http://127.0.0.1:9999` is not
 the same host opened the socket with the visitor's cookie and read their
 history while only host names were compared. The socket is the chat page's
 (or the widget frame's, which is served from here too): its origin must be
-this site's own, as the handshake reached it or as KOOKEE_SITE_URL names it,
-or one of KOOKEE_EMBED_ORIGINS.
+this site's own, as the handshake reached it or as KOOKEE_SITE_URL names it.
+A site of KOOKEE_EMBED_ORIGINS may open it only with a widget token, never
+with the chat page's cookie: a same-site embedder (www.example.com framing
+chat.example.com) would have the visitor's SameSite=Lax cookie sent along.
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
@@ -44,14 +46,17 @@ def parse(value: str) -> Origin | None:
 
 
 def socket_may_open(scope: dict[str, Any]) -> bool:
-    """Whether the handshake's Origin is this site's, or a site allowed to
-    embed the widget. No Origin (not a browser's handshake) is refused."""
+    """Whether the handshake's Origin is this site's, or, for a handshake
+    with a widget token, a site allowed to embed the widget. No Origin (not
+    a browser's handshake) is refused."""
     headers = dict(scope.get("headers", []))
     origin = headers.get(b"origin")
     parsed = parse(origin.decode("latin-1")) if origin is not None else None
     if parsed is None:
         return False
-    return parsed in own_origins(scope) or may_embed(parsed)
+    if parsed in own_origins(scope):
+        return True
+    return may_embed(parsed) and "token" in parse_qs(scope.get("query_string", b"").decode("latin-1"))
 
 
 def own_origins(scope: dict[str, Any]) -> set[Origin]:
@@ -59,7 +64,7 @@ def own_origins(scope: dict[str, Any]) -> set[Origin]:
     ALLOWED_HOSTS has it, and its scheme, HTTPS behind a proxy that says so
     as SECURE_PROXY_SSL_HEADER sets), and KOOKEE_SITE_URL's."""
     found = set()
-    site = parse(settings.KOOKEE_SITE_URL) if settings.KOOKEE_SITE_URL else None
+    site = parse(_origin_part(settings.KOOKEE_SITE_URL)) if settings.KOOKEE_SITE_URL else None
     if site is not None:
         found.add(site)
     headers = dict(scope.get("headers", []))
@@ -70,6 +75,12 @@ def own_origins(scope: dict[str, Any]) -> set[Origin]:
         if reached is not None:
             found.add(reached)
     return found
+
+
+def _origin_part(url: str) -> str:
+    """A URL's scheme, host and port: KOOKEE_SITE_URL may name a path too."""
+    parts = urlsplit(url.strip())
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def may_embed(origin: Origin) -> bool:

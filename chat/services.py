@@ -133,7 +133,7 @@ def _within_bytes(turns: list[dict[str, Any]], limit: int) -> list[dict[str, Any
     (chat/backpressure.py), and older turns come on request."""
     total = 0
     for start in range(len(turns) - 1, -1, -1):
-        total += len(fastjson.dumps(turns[start]))
+        total += len(fastjson.dumps(turns[start]).encode("utf-8", "surrogatepass"))
         if total > limit and start < len(turns) - 1:
             return turns[start + 1 :]
     return turns
@@ -423,11 +423,20 @@ def end_round(turn_id: int, rnd: Round, budget: dict[str, Any], hold: int) -> tu
         try:
             with transaction.atomic():
                 grown = limits.top_up(budget, hold)
-                if grown is not budget:
-                    Turn.objects.filter(pk=turn_id).update(budget=grown)
+                streaming = Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING)
+                if grown is not budget and not streaming.update(budget=grown):
+                    # Closed meanwhile by a sweeper (a stalled process), which
+                    # settled its hold: this growth would never be settled.
+                    raise _Closed
         except LimitReached as limit:
             return budget, limit.code
+        except _Closed:
+            return budget, ""
     return grown, ""
+
+
+class _Closed(Exception):
+    pass
 
 
 @dataclass(frozen=True)

@@ -267,12 +267,16 @@ def _handoff_requested(calls: list[Any]) -> dict[str, Any] | None:
     return None
 
 
+# Why a turn failed that is no fault of the provider's.
+NOT_THE_PROVIDERS = frozenset({"round_limit", "server_error", "budget_exhausted", "network_budget_exhausted"})
+
+
 def _count(turn: _Turn, outcome: Outcome) -> None:
     """The turn's figures for /metrics."""
     metrics.turn_ended(outcome.status)
     model = turn.model
     last = turn.loop.rounds[-1] if turn.loop.rounds else None
-    provider_fault = outcome.error if outcome.error and outcome.error not in ("round_limit", "server_error") else None
+    provider_fault = outcome.error if outcome.error and outcome.error not in NOT_THE_PROVIDERS else None
     if provider_fault:
         metrics.provider_error(provider_fault)
     for rnd in turn.loop.rounds:

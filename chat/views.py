@@ -38,10 +38,10 @@ def index(request):
         visitor = services.visitor_for_session(session)
     except services.Refused:
         # They started over: a new key, keeping the rest (a staff login).
-        if session.is_empty():
-            session.mint()
-        else:
+        if session.keys():
             session.cycle_key()
+        else:
+            session.mint()
         visitor = services.visitor_for_session(session)
     if visitor is None:
         # A new visitor, or a cookie for a session that expired or is gone:

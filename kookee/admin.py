@@ -29,8 +29,9 @@ from django.urls import URLPattern, URLResolver, path
 
 # The parameters a date hierarchy's links use (see ChangeList.get_filters).
 DATE_HIERARCHY_PARTS = ("year", "month", "day")
-# The last year whose following month and year Python's dates can hold.
-MAX_YEAR = 9998
+# Years Python's dates can hold with the next month or year, in any time
+# zone (year 1 east of UTC overflowed on SQLite); the ledger's range too.
+MIN_YEAR, MAX_YEAR = 1900, 9998
 
 
 class OfferedLookupsOnly:
@@ -42,7 +43,7 @@ class OfferedLookupsOnly:
         if self.date_hierarchy and lookup == f"{self.date_hierarchy}__year":
             # Django builds the next year's (or month's) first day from it:
             # 9999 overflowed into a 500.
-            return value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_YEAR
+            return value.isascii() and value.isdigit() and MIN_YEAR <= int(value) <= MAX_YEAR
         return True
 
     def offered_lookups(self, request: HttpRequest) -> frozenset[str]:

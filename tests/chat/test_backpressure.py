@@ -104,6 +104,63 @@ async def test_what_the_server_holds_counts_toward_the_bound():
     assert socket.sent[1]["code"] == CLOSE_BACKLOG
 
 
+async def test_one_frame_larger_than_the_bound_goes_when_nothing_waits():
+    # A long answer's resume, or a history page of one long turn: a client
+    # that reads everything must not be closed for it, over and over.
+    socket = Socket()
+    outbox = Outbox(socket.send, limit=100, unsent=lambda: 0)
+
+    await outbox.send(frame(1, 500))
+
+    assert not outbox.overflowed and len(socket.sent) == 1
+
+
+async def test_an_overflow_lets_go_of_the_socket_at_once_and_drops_it_if_the_close_cannot_go(monkeypatch):
+    monkeypatch.setattr("chat.backpressure.ABORT_AFTER_SECONDS", 0.01)
+    socket = Socket()
+    socket.open.clear()  # the close cannot go either: the client reads nothing
+    events = []
+    outbox = Outbox(
+        socket.send, limit=150, abort=lambda: events.append("abort"), on_overflow=lambda: events.append("let go")
+    )
+    await outbox.send(frame(1, 100))
+    await settle()
+    await outbox.send(frame(2, 100))
+
+    assert events == ["let go"]
+    await asyncio.sleep(0.05)
+    assert events == ["let go", "abort"]
+
+
+async def test_a_socket_gone_before_the_abort_is_not_aborted(monkeypatch):
+    monkeypatch.setattr("chat.backpressure.ABORT_AFTER_SECONDS", 0.01)
+    socket = Socket()
+    aborted = []
+    outbox = Outbox(socket.send, limit=150, unsent=lambda: 100, abort=lambda: aborted.append(True))
+    await outbox.send(frame(1, 100))
+
+    outbox.forget()  # the server said it disconnected
+    await asyncio.sleep(0.05)
+
+    assert outbox.overflowed and aborted == []
+
+
+async def test_a_fault_in_an_immediate_send_is_not_hidden():
+    async def broken(message):
+        raise ValueError("Socket has not been accepted, so cannot send over it")
+
+    outbox = Outbox(broken, limit=1000, unsent=lambda: 0)
+
+    with pytest.raises(ValueError):
+        await outbox.send(frame(1))
+
+
+def test_sizes_are_bytes_as_the_server_counts_them():
+    from chat.backpressure import _size
+
+    assert _size({"type": "websocket.send", "text": "ação 中文 😀"}) == len("ação 中文 😀".encode())
+
+
 async def test_a_server_that_holds_what_it_is_sent_gets_it_at_once():
     # daphne: no task in between, and its own buffer is what is bounded.
     socket = Socket()

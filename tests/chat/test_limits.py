@@ -540,7 +540,11 @@ async def test_turns_at_once_cannot_pass_a_budget_together(settings, use_provide
     assert await network_spent("203.0.113.7/32") == billed
 
 
-async def test_a_round_the_budget_cannot_hold_ends_the_turn_failed_and_billed(settings, use_provider):
+async def test_a_round_the_budget_cannot_hold_ends_the_turn_failed_and_billed(settings, use_provider, monkeypatch):
+    from chat import metrics
+
+    provider_errors = []
+    monkeypatch.setattr(metrics, "provider_error", provider_errors.append)
     settings.KOOKEE_TOKENS_PER_DAY = 10_000
     settings.KOOKEE_NETWORK_SHARE_OF_DAY = 0.1  # 1,000: a first round, not a second
     settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
@@ -561,6 +565,7 @@ async def test_a_round_the_budget_cannot_hold_ends_the_turn_failed_and_billed(se
     assert await network_spent("203.0.113.7/32") == 490
     turn = await database_sync_to_async(Turn.objects.get)(pk=turn_id)
     assert turn.budget == {}  # settled
+    assert provider_errors == []  # a spent budget is no fault of the provider's
 
 
 async def test_a_turn_holds_its_worst_case_while_it_runs_and_settles_at_its_end(settings, use_provider):
@@ -618,3 +623,94 @@ def test_old_day_counters_are_purged(transactional_db):
 
     assert services.purge_expired()["day_budgets"] == 2
     assert sorted(DayBudget.objects.values_list("day", flat=True)) == [today - timedelta(days=1), today]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_settling_and_holding_at_once_never_deadlock_on_postgresql():
+    """Every writer locks a day's counters in key order. An UPDATE ... IN ()
+    that settled a turn locked them in the table's order (the site's row
+    first) and deadlocked with a hold locking the network's first."""
+    import threading
+    from datetime import date
+
+    from django.db import connection, connections, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite serialises writers: only PostgreSQL locks rows")
+    day = date(2031, 1, 1)
+    network = limits.network_key("203.0.113.7/32")
+    # The site's row first in the table, as the day's first turn from another network makes it.
+    DayBudget.objects.create(day=day, key=limits.SITE, tokens=100)
+    DayBudget.objects.create(day=day, key=network, tokens=100)
+    faults = []
+
+    def in_a_transaction(work):
+        try:
+            with transaction.atomic():
+                work()
+        except Exception as exc:  # a deadlock, as the test would see it
+            faults.append(exc)
+        finally:
+            connections.close_all()
+
+    def waiting() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            return cursor.fetchone()[0]
+
+    def until_waiting(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while waiting() < count:
+            assert time.monotonic() < deadline, "the transaction never reached its lock"
+            time.sleep(0.01)
+
+    budget = {"day": day.isoformat(), "keys": [network, limits.SITE], "tokens": 50}
+    blocker = threading.Event()
+    release = threading.Event()
+
+    def lock_the_network_row():
+        with transaction.atomic():
+            DayBudget.objects.select_for_update().get(day=day, key=network)
+            blocker.set()
+            release.wait(10)
+        connections.close_all()
+
+    lock = threading.Thread(target=lock_the_network_row)
+    lock.start()
+    blocker.wait(10)
+    hold = threading.Thread(target=in_a_transaction, args=(lambda: limits._hold(day, [network, limits.SITE], 10),))
+    hold.start()
+    until_waiting(1)
+    settle = threading.Thread(target=in_a_transaction, args=(lambda: limits.settle(budget, 20),))
+    settle.start()
+    until_waiting(2)
+    release.set()
+    for thread in (lock, hold, settle):
+        thread.join(20)
+
+    assert faults == []
+    assert dict(DayBudget.objects.filter(day=day).values_list("key", "tokens")) == {network: 80, limits.SITE: 80}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_round_that_ends_after_a_sweeper_closed_its_turn_holds_nothing_more(settings):
+    # Its process stalled past KOOKEE_STALE_TURN_SECONDS: another one's
+    # sweeper closed, billed and settled the turn. What the late round would
+    # add to the day's counters would never be settled.
+    from chat import services
+    from chat.rounds import Round
+
+    settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
+    visitor = Visitor.of(hash_key("stalled"), "203.0.113.7")
+    started = services.start_turn(visitor, None, "hi", "gpt-4o-mini", tool_chars=900)
+    Turn.objects.filter(pk=started.turn_id).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
+    services.close_stale_turns(30)
+    settled = DayBudget.objects.get(key=limits.network_key("203.0.113.7/32")).tokens
+
+    rnd = Round(number=1, prompt_chars=100, finish_reason="tool_calls")
+    rnd.reported_usage = {"prompt_tokens": 400, "completion_tokens": 20}
+    budget, refused = services.end_round(started.turn_id, rnd, started.budget, started.budget["tokens"] + 5000)
+
+    assert (budget, refused) == (started.budget, "")
+    assert DayBudget.objects.get(key=limits.network_key("203.0.113.7/32")).tokens == settled
+    assert Turn.objects.get(pk=started.turn_id).budget == {}

@@ -1,25 +1,31 @@
 """Which origins may open the chat's socket: scheme, host and port, through
 the real ASGI application (chat/origins.py)."""
 
+from urllib.parse import quote
+
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from chat import origins
+from chat import embed, origins
 from kookee.asgi import application
 from tests.chat.chat_client import ChatClient, new_session_key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def handshake(origin: str | None, host: str | None = "localhost:8000", **headers: str) -> bool:
-    """Whether a handshake with this Origin and Host (and a live session) is accepted."""
-    sent = [(b"cookie", f"sessionid={await new_session_key()}".encode())]
+async def handshake(
+    origin: str | None, host: str | None = "localhost:8000", token: bool = False, **headers: str
+) -> bool:
+    """Whether a handshake with this Origin and Host (and a live session, or
+    a widget token) is accepted."""
+    sent = [] if token else [(b"cookie", f"sessionid={await new_session_key()}".encode())]
     if origin is not None:
         sent.append((b"origin", origin.encode()))
     if host is not None:
         sent.append((b"host", host.encode()))
     sent += [(name.replace("_", "-").encode(), value.encode()) for name, value in headers.items()]
-    client = ChatClient(WebsocketCommunicator(application, "/ws/chat/", headers=sent))
+    path = f"/ws/chat/?token={quote(embed.new_token(), safe='')}" if token else "/ws/chat/"
+    client = ChatClient(WebsocketCommunicator(application, path, headers=sent))
     client.connected, _ = await client.communicator.connect()
     try:
         return client.connected
@@ -74,24 +80,33 @@ async def test_behind_a_tls_proxy_the_page_is_https(settings):
     assert not await handshake("https://localhost", host="localhost")
 
 
-async def test_the_site_url_is_the_sites_origin_whatever_the_proxy_passes_as_host(settings):
+@pytest.mark.parametrize("site_url", ["https://chat.example.com:8443", "https://chat.example.com:8443/support/"])
+async def test_the_site_url_is_the_sites_origin_whatever_the_proxy_passes_as_host(settings, site_url):
     # nginx's `$host` drops a non-default port: KOOKEE_SITE_URL names it.
-    settings.KOOKEE_SITE_URL = "https://chat.example.com:8443"
+    settings.KOOKEE_SITE_URL = site_url
 
     assert await handshake("https://chat.example.com:8443", host="localhost")
     assert not await handshake("https://chat.example.com", host="localhost")
 
 
-async def test_sites_allowed_to_embed_the_widget_may(settings):
+async def test_sites_allowed_to_embed_the_widget_may_with_a_widget_token(settings):
     settings.KOOKEE_EMBED_ORIGINS = ["https://www.example.com", "https://*.shop.example"]
 
-    assert await handshake("https://www.example.com")
-    assert await handshake("https://www.example.com:443")
-    assert await handshake("https://eu.shop.example")
-    assert not await handshake("http://www.example.com")
-    assert not await handshake("https://www.example.com:8443")
-    assert not await handshake("https://shop.example")
-    assert not await handshake("https://evilshop.example")
+    assert await handshake("https://www.example.com", token=True)
+    assert await handshake("https://www.example.com:443", token=True)
+    assert await handshake("https://eu.shop.example", token=True)
+    assert not await handshake("http://www.example.com", token=True)
+    assert not await handshake("https://www.example.com:8443", token=True)
+    assert not await handshake("https://shop.example", token=True)
+    assert not await handshake("https://evilshop.example", token=True)
+
+
+async def test_an_embedding_site_may_not_open_the_socket_with_the_chat_pages_cookie(settings):
+    # A same-site embedder would have the visitor's SameSite=Lax cookie sent
+    # along, and read their history.
+    settings.KOOKEE_EMBED_ORIGINS = ["https://www.example.com"]
+
+    assert not await handshake("https://www.example.com")
 
 
 def test_origins_parse_to_scheme_host_and_port():

@@ -121,6 +121,23 @@ def test_a_minted_key_that_is_no_good_gets_a_fresh_one(client, cookie):
     assert sessions.minted_alive(fresh)
 
 
+def test_a_visitor_who_started_over_gets_a_new_key_and_no_row(client):
+    client.get("/")
+    old = client.cookies["sessionid"].value
+    services.forget_visitor(hash_key(old))
+
+    client.get("/")
+
+    assert client.cookies["sessionid"].value != old
+    assert sessions.minted_alive(client.cookies["sessionid"].value)
+    assert Session.objects.count() == 0
+
+
+def test_a_key_minted_on_a_server_whose_clock_runs_a_little_ahead_is_good():
+    assert sessions.minted_alive(sessions.mint_key(now=time.time() + 5))
+    assert not sessions.minted_alive(sessions.mint_key(now=time.time() + 3600))
+
+
 def test_a_minted_session_is_written_once_it_holds_something(client):
     client.get("/")
     key = client.cookies["sessionid"].value

@@ -4,13 +4,14 @@ for good, and a widget token that is refused is replaced, never reused."""
 
 from __future__ import annotations
 
-import sqlite3
+import time
 from collections.abc import Iterator
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
+from chat import sessions
 from tests.e2e.conftest import App, chat
 from tests.e2e.test_chat_page import last_answer
 from tests.e2e.test_widget import (  # noqa: F401 (customer_sites: a fixture)
@@ -169,8 +170,10 @@ def test_an_expired_session_on_the_chat_page_is_renewed_and_the_chat_goes_on(off
     page.goto(offline_app.url)
     chat(page, "before it expired")
     cookie = {c["name"]: c["value"] for c in context.cookies()}["sessionid"]
-    with sqlite3.connect(offline_app.database) as db:
-        db.execute("delete from django_session")
+    # The page's session outlived SESSION_COOKIE_AGE (the servers share the
+    # tests' secret): its key, minted two weeks and a day ago, is no good.
+    expired = sessions.mint_key(now=time.time() - 15 * 24 * 3600)
+    context.add_cookies([{"name": "sessionid", "value": expired, "url": offline_app.url}])
 
     # The next connection's handshake is refused (HTTP 403, as for any
     # visitor without a session); the page asks GET / for a session, then
@@ -180,4 +183,6 @@ def test_an_expired_session_on_the_chat_page_is_renewed_and_the_chat_goes_on(off
     context.set_offline(False)
 
     chat(page, "after it expired")
-    assert {c["name"]: c["value"] for c in context.cookies()}["sessionid"] != cookie
+    renewed = {c["name"]: c["value"] for c in context.cookies()}["sessionid"]
+    assert renewed not in (cookie, expired)
+    assert sessions.minted_alive(renewed)
