@@ -36,6 +36,7 @@ superuser: $(VENV)/installed
 test: $(VENV)/installed chromium compilemessages
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
 # Debian's Chromium for the browser tests (Playwright's own browser download

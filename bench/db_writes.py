@@ -84,8 +84,8 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
     from django.db.backends.signals import connection_created
 
     from billing import calibration
-    from chat import hub, services, turns
-    from chat.visitors import Visitor, hash_key
+    from chat.engine import hub, records, turns
+    from chat.visitors.identity import Visitor, hash_key
 
     def on_the_process_clock(work):
         def counted(*args):
@@ -112,8 +112,8 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
     await the_hub.join(tab, visitor.hash, None)  # the socket's connect: not the turn's work
     # The checkpointer's saves, and its merge of what calibration learnt
     # (every 10 s), are the process's, not a turn's.
-    original, original_flush = services.checkpoint_turns, calibration.flush
-    services.checkpoint_turns = on_the_process_clock(original)
+    original, original_flush = records.checkpoint_turns, calibration.flush
+    records.checkpoint_turns = on_the_process_clock(original)
     calibration.flush = on_the_process_clock(original_flush)
     connection_created.connect(_install)
     await database_sync_to_async(connections.close_all)()  # reconnect, with the counter
@@ -125,7 +125,7 @@ async def _turn(question: str, words: int) -> dict[str, Any]:
     seconds = loop.time() - started
     await the_hub.leave(tab, visitor.hash)
     connection_created.disconnect(_install)
-    services.checkpoint_turns, calibration.flush = original, original_flush
+    records.checkpoint_turns, calibration.flush = original, original_flush
     await database_sync_to_async(connections.close_all)()
     text = "".join(f["text"] for f in frames if f["type"] == "delta")
     row = {

@@ -45,7 +45,7 @@ SERVER_ENV = {
     "DJANGO_SECURE_SSL_REDIRECT": "false",
     "KOOKEE_TRUSTED_PROXIES": "127.0.0.1",
     # The clients play browsers behind a TLS proxy on 443: the socket's
-    # Origin is this site's (chat/origins.py).
+    # Origin is this site's (chat/visitors/origins.py).
     "KOOKEE_SITE_URL": "https://127.0.0.1",
     # A visitor of the load client asks back to back, for minutes.
     "KOOKEE_TURNS_PER_MINUTE": "100000",

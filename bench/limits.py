@@ -38,9 +38,10 @@ from django.db import transaction  # noqa: E402
 from django.db.models import F, Sum  # noqa: E402
 
 from billing.models import LedgerEntry  # noqa: E402
-from chat import limits, services  # noqa: E402
+from chat.engine import records  # noqa: E402
 from chat.models import Conversation, Turn  # noqa: E402
-from chat.visitors import Visitor  # noqa: E402
+from chat.visitors import limits  # noqa: E402
+from chat.visitors.identity import Visitor  # noqa: E402
 
 TURNS = 20_000
 VISITORS = 4_000
@@ -107,7 +108,7 @@ def main() -> None:
     def start_turn() -> None:
         # Undone each time: a conversation runs one turn at a time (the database holds it).
         with transaction.atomic():
-            services.start_turn(visitor, conversation, "hi", "m")
+            records.start_turn(visitor, conversation, "hi", "m")
             transaction.set_rollback(True)
 
     print(f"{'start_turn, whole':45} {median_ms(start_turn):7.2f} ms")

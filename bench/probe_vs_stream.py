@@ -4,7 +4,7 @@ The tempting tool loop (docs: "never probe, then stream") asks the model
 without streaming whether it wants a tool, runs the tools and asks again, and
 when an answer finally comes without tool calls, throws it away and asks once
 more, streamed, for the text the visitor sees. The product's loop
-(`chat.rounds.RoundLoop` over `chat.provider.open_stream`) streams every round
+(`chat.engine.rounds.RoundLoop` over `chat.engine.provider.open_stream`) streams every round
 instead. Both run here against the same local provider process
 (bench/provider.py, the offline model at 300 ms to first token and 40 tokens/s),
 with the same system prompt, questions and `search_help_center` tool (a fixed
@@ -34,7 +34,7 @@ from typing import Any
 
 from harness import ROOT, provider, save
 
-from chat.rounds import COMPLETED, Round, RoundLoop, Tool
+from chat.engine.rounds import COMPLETED, Round, RoundLoop, Tool
 
 TTFT_MS = 300
 TOKENS_PER_SECOND = 40  # the product's default offline pace
@@ -90,8 +90,8 @@ async def _search_help_center(query: str) -> dict[str, Any]:
 def search_tool() -> Tool:
     """The product's search tool (its name, description and parameters, as
     the model sees them), answering with a fixed result so both loops get
-    the same one. After Django's set-up: chat.tools reads the database."""
-    from chat.tools import SEARCH_HELP_CENTER
+    the same one. After Django's set-up: chat.engine.tools reads the database."""
+    from chat.engine.tools import SEARCH_HELP_CENTER
 
     return dataclasses.replace(SEARCH_HELP_CENTER, run=_search_help_center)
 
@@ -99,10 +99,10 @@ def search_tool() -> Tool:
 def system_prompt() -> str:
     """The product's system prompt, with the demo help center's overview,
     read from the fixture rather than the database."""
-    from chat.prompt import SYSTEM_PROMPT
+    from chat.engine.prompt import SYSTEM_PROMPT
 
     articles = json.loads((ROOT / "chat" / "fixtures" / "help_center.json").read_text())
-    titles = [a["fields"]["title"] for a in articles if a["model"] == "chat.helparticle"]
+    titles = [a["fields"]["title"] for a in articles if a["model"] == "helpcenter.article"]
     return SYSTEM_PROMPT.format(overview="\n".join(f"- {title}" for title in titles))
 
 
@@ -195,8 +195,8 @@ class _Sink:
 
 
 async def stream_every_round(messages: list[dict[str, Any]], max_rounds: int) -> dict[str, Any]:
-    """Ours: the product's round loop and provider code, as chat/turns.py drives them."""
-    from chat import provider as chat_provider
+    """Ours: the product's round loop and provider code, as chat/engine/turns.py drives them."""
+    from chat.engine import provider as chat_provider
 
     start = time.perf_counter()
     sink = _Sink()

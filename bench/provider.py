@@ -2,7 +2,7 @@
 
 It serves POST /v1/chat/completions as a real provider would: SSE over
 HTTP/1.1 with keep-alive, one chunk per token at a set pace after a set time
-to first token. What it says is the built-in offline model's (chat/offline.py):
+to first token. What it says is the built-in offline model's (chat/engine/offline.py):
 a help question gets a sentence and a `search_help_center` call, then an
 answer from the articles the search returned. Options change the pace, pad
 answers to a given length, or write each chunk's send time into its text
@@ -27,12 +27,12 @@ from typing import Any
 import orjson
 
 try:
-    from chat import offline
+    from chat.engine import offline
 except ImportError:  # run as a script: the project root is the parent
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from chat import offline
+    from chat.engine import offline
 
 
 class Options:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from chat import fastjson
+from chat.engine import fastjson
 from kookee.asgi import application as app
 
 # Recorded before the benches start this server (bench/harness.py).

@@ -25,11 +25,11 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext, gettext_noop, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from billing import calibration, charts, days, exports, reports
+from base.admin import ModelAdmin, WrittenByTheApp
+from billing import calibration, charts, days, exports, reports, tokens
 from billing.models import Calibration, LedgerEntry, Price
 from billing.services import price_for
 from billing.templatetags.billing_admin import grouped, money, rate
-from kookee.admin import ModelAdmin, WrittenByTheApp
 
 CHART_DAYS = 30
 MAX_CHART_DAYS = 366
@@ -542,7 +542,7 @@ class CalibrationAdmin(WrittenByTheApp, ModelAdmin):
                 "the default (%(default)s) until %(samples)d samples",
                 calibration.MIN_SAMPLES,
             )
-            return message % {"default": f"{calibration.DEFAULT_CHARS_PER_TOKEN:g}", "samples": calibration.MIN_SAMPLES}
+            return message % {"default": f"{tokens.CHARS_PER_TOKEN:g}", "samples": calibration.MIN_SAMPLES}
         return gettext("learnt ratios") if len(learnt) == 2 else learnt[0]
 
     @admin.display(description=_("last update"), ordering="updated_at")
@@ -560,5 +560,5 @@ class CalibrationAdmin(WrittenByTheApp, ModelAdmin):
             "whole round the provider reported usage for, prompt and output apart: "
             "the default %(default)s until a model has %(samples)d samples, then a moving average.",
             calibration.MIN_SAMPLES,
-        ) % {"default": f"{calibration.DEFAULT_CHARS_PER_TOKEN:g}", "samples": calibration.MIN_SAMPLES}
+        ) % {"default": f"{tokens.CHARS_PER_TOKEN:g}", "samples": calibration.MIN_SAMPLES}
         return super().changelist_view(request, {"page_help": help_text, **(extra_context or {})})

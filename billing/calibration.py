@@ -21,15 +21,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from django.db import transaction
 
 from billing.models import Calibration
+from billing.tokens import CHARS_PER_TOKEN, Sample
 
 logger = logging.getLogger("kookee.billing")
 
-DEFAULT_CHARS_PER_TOKEN = 4.0
 # Below this many samples the default holds: one odd round decides nothing.
 MIN_SAMPLES = 2
 # Every tokenizer in use lies between these: CJK text nears 1 character per
@@ -47,7 +46,7 @@ MAX_QUEUED = 1000  # per model, should the database be away for long
 
 @dataclass
 class Ratio:
-    chars_per_token: float = DEFAULT_CHARS_PER_TOKEN
+    chars_per_token: float = CHARS_PER_TOKEN
     samples: int = 0
 
     def add(self, chars: int, tokens: int) -> None:
@@ -60,14 +59,7 @@ class Ratio:
     @property
     def in_use(self) -> float:
         """The ratio estimates use: the default until there are enough samples."""
-        return self.chars_per_token if self.samples >= MIN_SAMPLES else DEFAULT_CHARS_PER_TOKEN
-
-
-class Sample(NamedTuple):
-    prompt_chars: int
-    prompt_tokens: int
-    output_chars: int
-    output_tokens: int
+        return self.chars_per_token if self.samples >= MIN_SAMPLES else CHARS_PER_TOKEN
 
 
 @dataclass
@@ -95,7 +87,7 @@ def ratios(model: str) -> tuple[float, float]:
     with _lock:
         state = _models.get(model)
         if state is None:
-            return DEFAULT_CHARS_PER_TOKEN, DEFAULT_CHARS_PER_TOKEN
+            return CHARS_PER_TOKEN, CHARS_PER_TOKEN
         return state.input.in_use, state.output.in_use
 
 

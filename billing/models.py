@@ -4,6 +4,8 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from billing.tokens import CHARS_PER_TOKEN
+
 
 class AppendOnlyQuerySet(models.QuerySet):
     def update(self, **kwargs):
@@ -137,9 +139,9 @@ class Calibration(models.Model):
     that a round cut short is estimated in the model's own terms."""
 
     model = models.CharField(_("model"), max_length=100, unique=True)
-    input_chars_per_token = models.FloatField(default=4.0)
+    input_chars_per_token = models.FloatField(default=CHARS_PER_TOKEN)
     input_samples = models.PositiveIntegerField(_("input samples"), default=0)
-    output_chars_per_token = models.FloatField(default=4.0)
+    output_chars_per_token = models.FloatField(default=CHARS_PER_TOKEN)
     output_samples = models.PositiveIntegerField(_("output samples"), default=0)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 

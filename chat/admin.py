@@ -25,12 +25,15 @@ from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from base.admin import ModelAdmin
 from billing.models import LedgerEntry
 from billing.templatetags.billing_admin import grouped, money
-from chat import services
-from chat.models import Conversation, Feedback, Generation, Handoff, HelpArticle, ToolCall, Turn
-from chat.support_admin import rating_badge
-from kookee.admin import ModelAdmin
+from chat.models import Conversation, Feedback, Generation, Handoff, ToolCall, Turn
+
+# Each part's admin, imported here so that it registers on purpose, and first:
+# chat's pages link to Support's.
+from chat.support import admin as support_admin
+from chat.support import erasure
 
 RESULT_EXCERPT_CHARS = 300
 ERASED_MESSAGE = "Erased the visitors' text at their request."
@@ -60,14 +63,6 @@ def _text(turn: Turn, text: str) -> str:
     return render_to_string("admin/chat/text.html", {"text": text, "erased_at": turn.erased_at})
 
 
-@admin.register(HelpArticle)
-class HelpArticleAdmin(ModelAdmin):
-    list_display = ["title", "slug", "published", "updated_at"]
-    list_filter = ["published"]
-    search_fields = ["title", "body"]
-    prepopulated_fields = {"slug": ["title"]}
-
-
 class TurnStatusFilter(admin.SimpleListFilter):
     title = _("has a turn that is")
     parameter_name = "turn_status"
@@ -79,7 +74,7 @@ class TurnStatusFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         if self.value() == Turn.Status.COMPLETED:
-            return queryset.exclude(turns__status__in=["interrupted", "truncated", "failed", "streaming"])
+            return queryset.exclude(turns__status__in=set(Turn.Status) - {Turn.Status.COMPLETED})
         if self.value():
             return queryset.filter(turns__status=self.value()).distinct()
         return queryset
@@ -204,7 +199,7 @@ class ConversationAdmin(ModelAdmin):
     def erase_visitors_text(self, request, queryset):
         """The visitor's right to erasure, after a confirmation page: what they
         and the model wrote, tool calls' arguments and results, addresses,
-        and their key's link to the conversation (services.erase_conversations).
+        and their key's link to the conversation (erasure.erase_conversations).
         The turns' numbers and the ledger stay.
 
         Needs the chat.erase_turn permission. Superusers have it; no role
@@ -216,8 +211,8 @@ class ConversationAdmin(ModelAdmin):
             return self._confirm_erasure(request, queryset)
         ids = list(queryset.values_list("pk", flat=True))
         try:
-            erased = services.erase_conversations(ids, by=f"{request.user.get_username()} (admin)")
-        except services.ErasureRefused as refused:
+            erased = erasure.erase_conversations(ids, by=f"{request.user.get_username()} (admin)")
+        except erasure.ErasureRefused as refused:
             self.message_user(request, str(refused), messages.ERROR)
             return None
         for conversation in erased:
@@ -499,7 +494,7 @@ class TurnAdmin(ModelAdmin):
     @admin.display(description=_("rating"), ordering="feedback__rating")
     def rating(self, obj) -> str:
         feedback = getattr(obj, "feedback", None)
-        return rating_badge(feedback) if feedback else "-"
+        return support_admin.rating_badge(feedback) if feedback else "-"
 
 
 class ToolCallInline(admin.TabularInline):

@@ -14,6 +14,11 @@ class ChatConfig(AppConfig):
 
     def ready(self) -> None:
         post_migrate.connect(_ensure_roles, sender=self)
+        # /healthz checks this process's channel layer too, through its hub.
+        from chat.engine import hub
+        from chat.ops import monitoring
+
+        monitoring.check("channel_layer", hub.check)
         checks.register(_email_is_configured, checks.Tags.compatibility, deploy=True)
         checks.register(_email_is_not_printed, checks.Tags.security, deploy=True)
 

@@ -2,37 +2,18 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-
-class HelpArticle(models.Model):
-    title = models.CharField(_("title"), max_length=200)
-    slug = models.SlugField(_("slug"), max_length=200, unique=True)
-    body = models.TextField(_("body"), help_text=_("Markdown."))
-    published = models.BooleanField(_("published"), default=True)
-    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
-    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
-
-    class Meta:
-        ordering = ["title"]
-        verbose_name = _("help article")
-        verbose_name_plural = _("help articles")
-
-    def __str__(self) -> str:
-        return self.title
-
-    def get_absolute_url(self) -> str:
-        return reverse("help-article", args=[self.slug])
+from chat import vocabulary
 
 
 class Conversation(models.Model):
     # The public id is what leaves the server; the integer pk never does.
     public_id = models.UUIDField(_("public id"), default=uuid.uuid4, unique=True, editable=False)
     # Whose it is: a keyed hash of the visitor's session key or widget key
-    # (chat/visitors.py), never the key, which would open the visitor's
+    # (chat/visitors/identity.py), never the key, which would open the visitor's
     # session (and a staff member's admin). Blank once the visitor started
     # over or the conversation was erased: nobody can reach it any more.
     visitor_hash = models.CharField(max_length=64, db_index=True, blank=True, editable=False)
@@ -54,17 +35,17 @@ class Conversation(models.Model):
 
 class Turn(models.Model):
     class Status(models.TextChoices):
-        STREAMING = "streaming", _("streaming")
-        COMPLETED = "completed", _("completed")
-        INTERRUPTED = "interrupted", _("interrupted")
-        TRUNCATED = "truncated", _("truncated")
-        FAILED = "failed", _("failed")
+        STREAMING = vocabulary.Status.STREAMING, _("streaming")
+        COMPLETED = vocabulary.Status.COMPLETED, _("completed")
+        INTERRUPTED = vocabulary.Status.INTERRUPTED, _("interrupted")
+        TRUNCATED = vocabulary.Status.TRUNCATED, _("truncated")
+        FAILED = vocabulary.Status.FAILED, _("failed")
 
     class StopReason(models.TextChoices):
-        STOPPED = "stopped", _("Stopped by the visitor")
-        LEFT = "left", _("Visitor left (every tab closed)")
-        SHUTDOWN = "shutdown", _("Server shut down")
-        PROCESS_LOST = "process_lost", _("Server process lost")
+        STOPPED = vocabulary.StopReason.STOPPED, _("Stopped by the visitor")
+        LEFT = vocabulary.StopReason.LEFT, _("Visitor left (every tab closed)")
+        SHUTDOWN = vocabulary.StopReason.SHUTDOWN, _("Server shut down")
+        PROCESS_LOST = vocabulary.StopReason.PROCESS_LOST, _("Server process lost")
 
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="turns", verbose_name=_("conversation")
@@ -93,7 +74,7 @@ class Turn(models.Model):
     # While streaming: the last checkpoint, for closing turns a dead process left.
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     checkpoint_round = models.PositiveSmallIntegerField(default=0)
-    # What the running turn holds in the daily budgets (chat/limits.py):
+    # What the running turn holds in the daily budgets (chat/visitors/limits.py):
     # {"day", "keys", "tokens"}; emptied when it settles at the turn's end.
     budget = models.JSONField(default=dict, blank=True, editable=False)
     checkpoint_input_tokens = models.PositiveIntegerField(default=0)
@@ -114,7 +95,7 @@ class Turn(models.Model):
             # the message: held by the database, not by a process's memory.
             models.UniqueConstraint(
                 fields=["conversation"],
-                condition=models.Q(status="streaming"),
+                condition=models.Q(status=vocabulary.Status.STREAMING),
                 name="one_streaming_turn_per_conversation",
             )
         ]
@@ -208,10 +189,10 @@ class Search(models.Model):
 
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="searches", verbose_name=_("turn"))
     query = models.TextField(_("query"))
-    # The query's normalised terms (chat/search.py: lower case, stemmed, no
+    # The query's normalised terms (helpcenter/ranking.py: lower case, stemmed, no
     # stopwords, sorted): searches for the same thing in other words group.
     terms = models.CharField(_("terms"), max_length=200, blank=True, db_index=True)
-    # The best article's relevance (chat/search.py); None: nothing shared a term.
+    # The best article's relevance (helpcenter/ranking.py); None: nothing shared a term.
     top_score = models.FloatField(_("top score"), null=True, blank=True)
     # At least one article cleared the relevance floor.
     matched = models.BooleanField(_("matched"))
@@ -230,7 +211,7 @@ class Search(models.Model):
 
 
 class UnansweredQuestion(Search):
-    """The unanswered-questions page's place in the admin (chat/reports.py):
+    """The unanswered-questions page's place in the admin (chat/support/reports.py):
     searches, thumbs down and handoffs, grouped. Viewing it is its permission."""
 
     class Meta:
@@ -240,7 +221,7 @@ class UnansweredQuestion(Search):
 
 
 class SupportReport(Turn):
-    """The support report's place in the admin (chat/reports.py): a page of
+    """The support report's place in the admin (chat/support/reports.py): a page of
     figures per period, not a list. Viewing it is its permission."""
 
     class Meta:
@@ -298,7 +279,7 @@ class Handoff(models.Model):
     created_at = models.DateTimeField(_("created at"), default=timezone.now, db_index=True)
     claimed_at = models.DateTimeField(_("claimed at"), null=True, blank=True)
     closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
-    # Support's notifications (chat/handoffs.py): by email, and by webhook.
+    # Support's notifications (chat/support/handoffs.py): by email, and by webhook.
     email_status = models.CharField(
         _("email status"), max_length=8, choices=Delivery, blank=True, default=Delivery.NONE
     )
@@ -306,7 +287,7 @@ class Handoff(models.Model):
         _("webhook status"), max_length=8, choices=Delivery, blank=True, default=Delivery.NONE
     )
     webhook_attempts = models.PositiveSmallIntegerField(_("webhook attempts"), default=0)
-    # When a process last took on telling Support (chat/handoffs.py): one that
+    # When a process last took on telling Support (chat/support/handoffs.py): one that
     # died or was stopped meanwhile leaves it pending, and the sweeper resends.
     notice_claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -344,7 +325,7 @@ class RevokedKey(models.Model):
 
 class DayBudget(models.Model):
     """Tokens counted against one daily budget (the site's, or a network's:
-    chat/limits.py): what turns of the day spent, plus what running turns
+    chat/visitors/limits.py): what turns of the day spent, plus what running turns
     hold reserved for their worst case. A turn reserves before it starts and
     before each later round, and settles to what it spent when it ends, so
     turns running at once cannot pass the budget together. Rows older than

@@ -25,10 +25,10 @@ ROLES = {
         "chat.view_supportreport",
         "chat.view_handoff",
         "chat.change_handoff",
-        "chat.view_helparticle",
-        "chat.add_helparticle",
-        "chat.change_helparticle",
-        "chat.delete_helparticle",
+        "helpcenter.view_article",
+        "helpcenter.add_article",
+        "helpcenter.change_article",
+        "helpcenter.delete_article",
     ],
     "Finance": [
         "billing.view_ledgerentry",
@@ -43,7 +43,7 @@ ROLES = {
 
 def ensure_roles() -> None:
     """Creates the groups and sets exactly their permissions; idempotent."""
-    for label in ("chat", "billing"):
+    for label in ("chat", "billing", "helpcenter"):
         # Right after a migrate, an app's permissions may not exist yet.
         create_permissions(apps.get_app_config(label), verbosity=0)
     for name, codenames in ROLES.items():

@@ -12,8 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-# The help-center search tool's name (chat/tools.py).
-SEARCH_TOOL = "search_help_center"
+from chat.vocabulary import SEARCH_TOOL
 
 
 def used_articles(answer: str, results: Iterable[Any]) -> list[dict[str, str]]:

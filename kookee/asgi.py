@@ -1,5 +1,5 @@
 """ASGI entry point: HTTP goes to Django; /ws/chat/ goes through the origin
-check (chat/origins.py) and the session middleware to the chat consumer;
+check (chat/visitors/origins.py) and the session middleware to the chat consumer;
 lifespan events start and stop the process's background work."""
 
 import os
@@ -13,20 +13,23 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import WebsocketDenier  # noqa: E402
 from channels.sessions import SessionMiddlewareStack  # noqa: E402
 
-from chat import backpressure, lifecycle, origins, tracing  # noqa: E402
+from chat.engine import backpressure, lifecycle  # noqa: E402
+from chat.ops import tracing  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
+from chat.visitors import origins  # noqa: E402
 
 
 class _Denier(WebsocketDenier):
     # Channels' denier listens on the default channel layer: with Redis, a
     # channel and a blocking receive per refused handshake, and cancelling
-    # that receive can hang (docs/pitfalls). A refusal needs no channel.
+    # that receive left later receives stalled for seconds (channels-redis's
+    # blocking pop). A refusal needs no channel.
     channel_layer_alias = "no channel layer"
 
 
 def _origin_checked(application):
     """Refuses (HTTP 403) a handshake from an origin other than the site's
-    own or an embedding site's: scheme, host and port (chat/origins.py)."""
+    own or an embedding site's: scheme, host and port (chat/visitors/origins.py)."""
 
     async def checked(scope, receive, send):
         if origins.socket_may_open(scope):
@@ -39,7 +42,7 @@ def _origin_checked(application):
 router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # Outermost, to see the server's own `send` (chat/backpressure.py).
+        # Outermost, to see the server's own `send` (chat/engine/backpressure.py).
         "websocket": backpressure.measured(_origin_checked(SessionMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )
@@ -47,7 +50,7 @@ router = ProtocolTypeRouter(
 # Daphne speaks no lifespan: the process's background work starts when its
 # reactor runs. Lifespan servers (uvicorn) start it with "lifespan.startup".
 lifecycle.start_under_daphne()
-# Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set (chat/tracing.py).
+# Traces, when OTEL_EXPORTER_OTLP_ENDPOINT is set (chat/ops/tracing.py).
 tracing.configure()
 
 

@@ -49,7 +49,7 @@ if not DEBUG:
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "kookee.apps.AdminConfig",  # django.contrib.admin
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "channels",
     "chat",
     "billing",
+    "helpcenter",
 ]
 
 MIDDLEWARE = [
@@ -120,8 +121,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-# Database sessions, but a page view writes no row (chat/sessions.py).
-SESSION_ENGINE = "chat.sessions"
+# Database sessions, but a page view writes no row (chat/visitors/sessions.py).
+SESSION_ENGINE = "chat.visitors.sessions"
 
 REDIS_URL = env("REDIS_URL", default="")
 if REDIS_URL:
@@ -133,7 +134,7 @@ if REDIS_URL:
             # socket died with 1011. Reads must outlast the pop.
             "CONFIG": {
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                # Each process listens on one channel (chat/hub.py); its
+                # Each process listens on one channel (chat/engine/hub.py); its
                 # messages share one queue, dropped past capacity.
                 "capacity": 2000,
             },
@@ -167,7 +168,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
 # The model provider. With neither a key nor a base URL, the built-in offline
-# model answers (chat/offline.py), so the app works with no network.
+# model answers (chat/engine/offline.py), so the app works with no network.
 OPENAI_API_KEY = env("OPENAI_API_KEY", default="")
 OPENAI_BASE_URL = env("OPENAI_BASE_URL", default="")
 OPENAI_MODEL = env("OPENAI_MODEL", default="gpt-4o-mini")
@@ -211,7 +212,7 @@ KOOKEE_FRAME_BYTES_BURST = env.int("KOOKEE_FRAME_BYTES_BURST", default=512 * 102
 KOOKEE_FRAME_BYTES_PER_SECOND = env.float("KOOKEE_FRAME_BYTES_PER_SECOND", default=32 * 1024)
 # What may wait to be sent to one socket (queued, and held by the server)
 # before it is closed with 4413: a client that does not read must not grow
-# the process (chat/backpressure.py). Above a history page.
+# the process (chat/engine/backpressure.py). Above a history page.
 KOOKEE_SOCKET_BACKLOG_BYTES = env.int("KOOKEE_SOCKET_BACKLOG_BYTES", default=256 * 1024)
 KOOKEE_TURNS_PER_MINUTE = env.int("KOOKEE_TURNS_PER_MINUTE", default=10)
 KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS = env.int("KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS", default=60)
@@ -275,7 +276,7 @@ for _origin in KOOKEE_EMBED_ORIGINS:
     # that could end the directive or widen it.
     if not re.fullmatch(r"https?://(\*\.)?[A-Za-z0-9.-]+(:\d{1,5})?", _origin):
         raise ImproperlyConfigured(f"KOOKEE_EMBED_ORIGINS: {_origin!r} is not an origin like https://www.example.com")
-# The operator's endpoints (chat/monitoring.py). /healthz gives its checks
+# The operator's endpoints (chat/ops/monitoring.py). /healthz gives its checks
 # (the database, the channel layer) this long in all. /metrics is closed
 # (404) unless a bearer token or client networks (matched against the
 # socket's peer, never X-Forwarded-For) are set; with both, both must match.
@@ -300,9 +301,9 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 # Earlier turns sent to the model as context.
 KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
 # How often a process checks whether another one changed the help center
-# (its own changes show at once); see chat/help_center.py.
+# (its own changes show at once); see helpcenter/index.py.
 KOOKEE_HELP_CENTER_RECHECK_SECONDS = env.float("KOOKEE_HELP_CENTER_RECHECK_SECONDS", default=5.0)
-# Handoff to a person (chat/handoffs.py). Support is emailed at these
+# Handoff to a person (chat/support/handoffs.py). Support is emailed at these
 # addresses (default: every active member of the Support group with one),
 # and the webhook, if set, gets a signed JSON POST, with a timeout per
 # attempt and retries backing off from KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS.

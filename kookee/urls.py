@@ -1,9 +1,11 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path, re_path
 from django.utils.translation import gettext_lazy as _
+from django.views.generic import RedirectView
 from django.views.i18n import JavaScriptCatalog
 
-from chat import monitoring, views
+from chat import views
+from chat.ops import monitoring
 from kookee import admin as kookee_admin
 
 # The admin's own name for staff, in its header and page titles.
@@ -16,8 +18,12 @@ urlpatterns = [
     path("embed/", views.embed_page, name="embed"),
     # The chat's own strings in the visitor's language (static/chat/*.js).
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["chat"]), name="javascript-catalog"),
-    path("help/", views.help_index, name="help-index"),
-    path("help/<slug:slug>/", views.help_article, name="help-article"),
+    path("help/", include("helpcenter.urls")),
+    # The articles' admin pages before they moved to the helpcenter app.
+    re_path(
+        r"^admin/chat/helparticle/(?P<rest>.*)$",
+        RedirectView.as_view(url="/admin/helpcenter/article/%(rest)s", permanent=True, query_string=True),
+    ),
     path("admin/", kookee_admin.urls(admin.site)),
     # The operator's: the load balancer's check, and each process's metrics.
     path("healthz", monitoring.healthz, name="healthz"),

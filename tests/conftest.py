@@ -52,7 +52,7 @@ def fresh_caches():
     process are not the next test's (its database rolled back)."""
     from billing import calibration
     from billing.services import forget_prices
-    from chat import help_center
+    from helpcenter import index as help_center
 
     forget_prices()
     calibration.forget()
@@ -78,7 +78,7 @@ async def provider():
 def open_stream(use_provider, settings):
     """Opens streams as the app does (the real openai client, the app's own
     SSE reading), against the scripted provider, without retries."""
-    from chat import provider
+    from chat.engine import provider
 
     settings.KOOKEE_PROVIDER_RETRIES = 0
     return provider.open_stream

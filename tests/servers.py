@@ -69,7 +69,7 @@ def daphne(tmp_path: Path, port: int | None = None, server: str = "daphne", **en
         process.terminate()
         try:
             # The app's own shutdown may take its connections' grace
-            # (chat/lifecycle.py, 15 s) on a loaded machine: wait past it.
+            # (chat/engine/lifecycle.py, 15 s) on a loaded machine: wait past it.
             process.wait(timeout=SHUTDOWN_SECONDS)
         except subprocess.TimeoutExpired:
             process.kill()  # never left running into the next test

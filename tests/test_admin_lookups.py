@@ -1,4 +1,4 @@
-"""The admin's lookup policy (kookee/admin.py): no URL parameter filters a
+"""The admin's lookup policy (base/admin.py): no URL parameter filters a
 changelist by anything but the filters the page offers, for any role, so a
 row count never answers a question about a field the role may not see (a
 key, a hash, a cost, a transcript). Nor do ordering (`?o=`) and search
@@ -14,12 +14,13 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 
+from base.admin import OfferedLookupsOnly
 from billing.services import bill_once
-from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+from chat.models import Conversation, Generation, ToolCall, Turn
 from chat.roles import ensure_roles
-from chat.support_admin import FiguresPage
-from chat.visitors import hash_key
-from kookee.admin import OfferedLookupsOnly
+from chat.support.admin import FiguresPage
+from chat.visitors.identity import hash_key
+from helpcenter.models import Article
 
 pytestmark = pytest.mark.django_db
 
@@ -65,7 +66,7 @@ def records():
     now = timezone.now()
     generation = Generation.objects.create(turn=turn, round=1, started_at=now, ended_at=now)
     ToolCall.objects.create(generation=generation, name="search_help_center", arguments="{}", result="SECRET-RESULT")
-    HelpArticle.objects.create(title="Refunds", slug="refunds", body="Within 14 days.")
+    Article.objects.create(title="Refunds", slug="refunds", body="Within 14 days.")
     bill_once(turn.id, model="gpt-4o-mini", input_tokens=10, output_tokens=5, estimated=False)
 
 
@@ -193,7 +194,7 @@ def test_support_cannot_read_a_superusers_key_or_hash_out_of_a_count(client, dja
         "/admin/chat/turn/": ["conversation__", "conversation__turns__conversation__"],
         "/admin/chat/generation/": ["turn__conversation__"],
         "/admin/chat/toolcall/": ["generation__turn__conversation__"],
-        "/admin/chat/helparticle/": [""],
+        "/admin/helpcenter/article/": [""],
     }
     for secret in (session_key, visitor_hash):
         other = "0" if secret[0] != "0" else "1"

@@ -10,8 +10,9 @@ from django.urls import reverse
 
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat.models import Conversation, HelpArticle, Turn
+from chat.models import Conversation, Turn
 from chat.roles import ensure_roles
+from helpcenter.models import Article
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +20,8 @@ SECRET_SLUG = "layoffs-announcement-draft"
 
 
 @pytest.fixture
-def draft() -> HelpArticle:
-    return HelpArticle.objects.create(title="Draft", slug=SECRET_SLUG, body="Not yet.", published=False)
+def draft() -> Article:
+    return Article.objects.create(title="Draft", slug=SECRET_SLUG, body="Not yet.", published=False)
 
 
 def shortcut(obj) -> str:
@@ -52,7 +53,7 @@ def test_finance_gets_a_404_for_an_unpublished_article(django_user_model, draft)
 
 def test_finance_gets_the_same_404_for_an_article_that_does_not_exist(django_user_model, draft):
     finance = logged_in(django_user_model, "Finance")
-    content_type = ContentType.objects.get_for_model(HelpArticle)
+    content_type = ContentType.objects.get_for_model(Article)
     missing = reverse("admin:view_on_site", args=[content_type.pk, draft.pk + 1000])
 
     assert finance.get(missing).status_code == finance.get(shortcut(draft)).status_code == 404
@@ -72,7 +73,7 @@ def test_support_is_redirected_to_the_article(django_user_model, draft):
 
 
 def test_a_user_who_may_only_view_articles_is_redirected(django_user_model, draft):
-    reader = logged_in(django_user_model, None, permissions=("view_helparticle",))
+    reader = logged_in(django_user_model, None, permissions=("view_article",))
 
     assert reader.get(shortcut(draft)).status_code == 302
 

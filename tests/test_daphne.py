@@ -128,7 +128,7 @@ async def test_handshake_is_refused_without_session_or_from_another_origin(offli
 
 async def test_a_frame_flood_is_closed_with_a_code_daphne_can_send(offline_server):
     # Imported here: bench/ imports this module's helpers without Django set up.
-    from chat.consumers import CLOSE_FLOOD
+    from chat.engine.consumers import CLOSE_FLOOD
 
     address, _ = offline_server
     async with _connect(address, _session_cookie(address)) as socket:
@@ -143,7 +143,7 @@ async def test_a_frame_flood_is_closed_with_a_code_daphne_can_send(offline_serve
 
 async def test_a_bad_widget_token_is_refused_with_a_code_the_page_can_read(offline_server):
     # Imported here: bench/ imports this module's helpers without Django set up.
-    from chat.consumers import CLOSE_REFUSED
+    from chat.engine.consumers import CLOSE_REFUSED
 
     address, _ = offline_server
     # A browser sees a refused handshake only as 1006, like a network

@@ -107,7 +107,7 @@ def _long_history(database: Path, cookie: str) -> None:
     pages in bytes), written by the server's own models."""
     key = cookie.split("=", 1)[1]
     script = (
-        "from chat.models import Conversation, Turn; from chat.visitors import hash_key\n"
+        "from chat.models import Conversation, Turn; from chat.visitors.identity import hash_key\n"
         f"c = Conversation.objects.create(visitor_hash=hash_key({key!r}))\n"
         "for i in range(10):\n"
         "    Turn.objects.create(conversation=c, status='completed', user_text='q' * 2000,"

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 import pytest
 from django.contrib.auth.models import Group, User
 
+from chat.engine.rounds import StreamError
 from chat.roles import ensure_roles
-from chat.rounds import StreamError
 from tests.chat.chat_client import ChatClient
 from tests.provider import HTTPError, answer
 

@@ -6,8 +6,9 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from billing.services import bill_once
-from chat.models import Conversation, Generation, HelpArticle, ToolCall, Turn
+from chat.models import Conversation, Generation, ToolCall, Turn
 from chat.roles import ensure_roles
+from helpcenter.models import Article
 
 pytestmark = pytest.mark.django_db
 
@@ -21,14 +22,14 @@ def records():
     now = timezone.now()
     generation = Generation.objects.create(turn=turn, round=1, started_at=now, ended_at=now)
     call = ToolCall.objects.create(generation=generation, name="search_help_center", arguments="{}")
-    article = HelpArticle.objects.create(title="Refunds", slug="refunds", body="Within 14 days.")
+    article = Article.objects.create(title="Refunds", slug="refunds", body="Within 14 days.")
     bill_once(turn.id, model="gpt-4o-mini", input_tokens=10, output_tokens=5, estimated=False)
     return {
-        "conversation": conversation,
-        "turn": turn,
-        "generation": generation,
-        "toolcall": call,
-        "helparticle": article,
+        "chat/conversation": conversation,
+        "chat/turn": turn,
+        "chat/generation": generation,
+        "chat/toolcall": call,
+        "helpcenter/article": article,
     }
 
 
@@ -41,8 +42,8 @@ def staff(django_user_model, role):
 
 def support_pages(records):
     for name, obj in records.items():
-        yield f"/admin/chat/{name}/"
-        yield f"/admin/chat/{name}/{obj.pk}/change/"
+        yield f"/admin/{name}/"
+        yield f"/admin/{name}/{obj.pk}/change/"
 
 
 def test_roles_are_created_idempotently():
@@ -64,16 +65,16 @@ def test_support_reads_transcripts_and_edits_the_help_center(client, django_user
     for url in support_pages(records):
         assert client.get(url).status_code == 200, url
     response = client.post(
-        f"/admin/chat/helparticle/{records['helparticle'].pk}/change/",
+        f"/admin/helpcenter/article/{records['helpcenter/article'].pk}/change/",
         {"title": "Refund policy", "slug": "refunds", "body": "Within 30 days.", "published": "on"},
     )
     assert response.status_code == 302
-    assert HelpArticle.objects.get().body == "Within 30 days."
+    assert Article.objects.get().body == "Within 30 days."
 
 
 def test_support_cannot_change_transcripts(client, django_user_model, records):
     client.force_login(staff(django_user_model, "Support"))
-    turn = records["turn"]
+    turn = records["chat/turn"]
     response = client.post(f"/admin/chat/turn/{turn.pk}/change/", {"assistant_text": "rewritten"})
     assert response.status_code == 403
     assert Turn.objects.get().assistant_text == "SECRET-MODEL"

@@ -25,7 +25,7 @@ from django.contrib.auth.models import Permission
 from django.test import AsyncClient
 
 from chat.models import Conversation, Turn
-from chat.visitors import hash_key
+from chat.visitors.identity import hash_key
 from tests.chat.chat_client import ChatClient
 from tests.provider import WaitFor, answer, finish, text, usage
 

@@ -13,7 +13,7 @@ from django.test import Client
 from django.utils import translation
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ["manage.py", "kookee", "chat", "billing", "templates", "static", "locale"]
+SOURCES = ["manage.py", "kookee", "base", "chat", "billing", "helpcenter", "templates", "static", "locale"]
 MAKEMESSAGES = ["manage.py", "makemessages", "-l", "pt_BR", "--add-location=file", "--no-obsolete"]
 IGNORED = ["-i", "locale", "-i", "staticfiles"]
 

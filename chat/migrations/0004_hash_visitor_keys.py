@@ -8,7 +8,7 @@ from django.utils.crypto import salted_hmac
 
 
 def _hash(key):
-    # As chat.visitors.hash_key, frozen here.
+    # As chat.visitors.identity.hash_key, frozen here.
     return salted_hmac("kookee.visitor", key, algorithm="sha256").hexdigest()
 
 

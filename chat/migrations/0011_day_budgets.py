@@ -12,7 +12,7 @@ from django.utils import timezone
 
 
 def _networks(address):
-    # As chat.visitors.networks_of, when this migration was written.
+    # As chat.visitors.identity.networks_of, when this migration was written.
     if not address:
         return []
     parsed = ipaddress.ip_address(address)

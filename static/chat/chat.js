@@ -63,7 +63,7 @@ const WAKE_GAP_MS = 3000; // at most one reconnection on activity this often
 const STILL_STREAMING_RECHECK_MS = 2000;
 const TOO_MANY = gettext("Too many chat windows are open. Close one, or come back to this one later.");
 
-// Close codes the server sends after accepting the socket (chat/consumers.py).
+// Close codes the server sends after accepting the socket (chat/engine/consumers.py).
 // Anything else (1006: server down, a proxy's 502, no network) means "try again".
 const REFUSED = 4401; // this visitor's key is no good (expired, revoked, or they started over)
 const IDLE = 4408; // closed for idleness: come back when the visitor does

@@ -9,8 +9,9 @@ import pytest
 from channels.db import database_sync_to_async
 
 from billing import calibration
-from billing.calibration import DEFAULT_CHARS_PER_TOKEN, MIN_SAMPLES, Ratio
+from billing.calibration import MIN_SAMPLES, Ratio
 from billing.models import Calibration, LedgerEntry
+from billing.tokens import CHARS_PER_TOKEN as DEFAULT_CHARS_PER_TOKEN
 from tests.chat.chat_client import ChatClient
 from tests.provider import CHUNK_BASE, DONE, WaitFor, chunk, finish, text
 

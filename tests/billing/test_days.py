@@ -13,10 +13,10 @@ from django.utils import timezone
 from billing import days, reports
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat import limits
-from chat.limits import LimitReached
 from chat.models import Conversation, DayBudget, Turn
-from chat.visitors import Visitor, hash_key
+from chat.visitors import limits
+from chat.visitors.identity import Visitor, hash_key
+from chat.visitors.limits import LimitReached
 
 pytestmark = pytest.mark.django_db
 

@@ -12,10 +12,10 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry, Price, PriceInUse
 from billing.services import bill_once, cost_of, price_for
-from chat import services
+from chat.engine import records
+from chat.engine.rounds import Round
 from chat.models import Generation, Turn
-from chat.rounds import Round
-from chat.visitors import Visitor, hash_key
+from chat.visitors.identity import Visitor, hash_key
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def turn_id():
     visitor = Visitor.of(hash_key("k"), "203.0.113.7")
-    turn_id = services.start_turn(visitor, None, "question", "gpt-4o-mini").turn_id
+    turn_id = records.start_turn(visitor, None, "question", "gpt-4o-mini").turn_id
     return turn_id
 
 
@@ -376,7 +376,7 @@ def make_round(number, *, usage, content="", finish_reason="stop", prompt_chars=
 
 
 def finish(turn_id, rounds, *, status="completed", text="The answer."):
-    return services.finish_turn(turn_id, status=status, text=text, error="", rounds=rounds, model="gpt-4o-mini")
+    return records.finish_turn(turn_id, status=status, text=text, error="", rounds=rounds, model="gpt-4o-mini")
 
 
 def test_finish_turn_sums_reported_usage_over_rounds(turn_id):
@@ -536,7 +536,7 @@ def test_a_used_price_is_billed_without_reading_it_again(django_capture_on_commi
     visitor = Visitor.of(hash_key("k2"), "203.0.113.8")
     turns = []
     for text in ("one", "two", "three"):
-        turn_id = services.start_turn(visitor, None, text, "gpt-4o-mini").turn_id
+        turn_id = records.start_turn(visitor, None, text, "gpt-4o-mini").turn_id
         Turn.objects.filter(pk=turn_id).update(status="completed")
         turns.append(turn_id)
     with django_capture_on_commit_callbacks(execute=True):

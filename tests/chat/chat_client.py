@@ -16,7 +16,7 @@ from chat.models import Turn
 from kookee.asgi import application
 
 ORIGIN = b"http://localhost:8000"
-# The Host a browser sends with it: the socket must come from the site itself (chat/origins.py).
+# The Host a browser sends with it: the socket must come from the site itself (chat/visitors/origins.py).
 HOST = b"localhost:8000"
 
 

@@ -15,7 +15,8 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat.admin import TurnAdmin
-from chat.models import Conversation, Generation, HelpArticle, RevokedKey, ToolCall, Turn
+from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
+from helpcenter.models import Article
 
 pytestmark = pytest.mark.django_db
 
@@ -81,7 +82,7 @@ def result_rows(response) -> list[dict[str, str]]:
 
 @pytest.fixture
 def one_of_everything():
-    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
+    Article.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
     turn = make_turn(generations=1, assistant_text="Paste the script tag.")
     ToolCall.objects.create(
         generation=turn.generations.get(), call_id="call_1", name="search_help_center", arguments="{}"
@@ -96,7 +97,7 @@ def one_of_everything():
         ("/admin/chat/conversation/", Conversation),
         ("/admin/chat/generation/", Generation),
         ("/admin/chat/toolcall/", ToolCall),
-        ("/admin/chat/helparticle/", HelpArticle),
+        ("/admin/helpcenter/article/", Article),
         ("/admin/billing/ledgerentry/", LedgerEntry),
     ],
 )
@@ -431,13 +432,13 @@ def test_tool_calls_and_generations_escape_model_output(admin_client):
         assert ("&lt;script&gt;" in page) == (url in shows_it), url
 
 
-@pytest.mark.parametrize("url", ["/admin/chat/generation/", "/admin/chat/toolcall/", "/admin/chat/helparticle/"])
+@pytest.mark.parametrize("url", ["/admin/chat/generation/", "/admin/chat/toolcall/", "/admin/helpcenter/article/"])
 def test_other_changelists_run_a_fixed_number_of_queries(admin_client, django_assert_num_queries, url):
     def add(count):
         for n in range(count):
             turn = make_turn(generations=1)
             ToolCall.objects.create(generation=turn.generations.get(), name="search_help_center", arguments="{}")
-            HelpArticle.objects.create(title=f"Article {n} {turn.pk}", slug=f"article-{turn.pk}", body="...")
+            Article.objects.create(title=f"Article {n} {turn.pk}", slug=f"article-{turn.pk}", body="...")
 
     add(2)
     admin_client.get(url)

@@ -1,5 +1,5 @@
 """Bounded memory per socket: the outbox that never waits for a client, the
-frame budget in bytes, and history pages in bytes (chat/backpressure.py).
+frame budget in bytes, and history pages in bytes (chat/engine/backpressure.py).
 The real servers, with a client that never reads: tests/test_hostile_clients.py."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 
-from chat.backpressure import CLOSE_BACKLOG, Outbox
-from chat.consumers import CLOSE_FLOOD
-from chat.limits import FrameBudget
+from chat.engine.backpressure import CLOSE_BACKLOG, Outbox
+from chat.engine.consumers import CLOSE_FLOOD
 from chat.models import Conversation, Turn
-from chat.visitors import hash_key
+from chat.visitors.identity import hash_key
+from chat.visitors.limits import FrameBudget
 from tests.chat.chat_client import ChatClient, new_session_key
 
 # --- the outbox ------------------------------------------------------------------------------
@@ -116,7 +116,7 @@ async def test_one_frame_larger_than_the_bound_goes_when_nothing_waits():
 
 
 async def test_an_overflow_lets_go_of_the_socket_at_once_and_drops_it_if_the_close_cannot_go(monkeypatch):
-    monkeypatch.setattr("chat.backpressure.ABORT_AFTER_SECONDS", 0.01)
+    monkeypatch.setattr("chat.engine.backpressure.ABORT_AFTER_SECONDS", 0.01)
     socket = Socket()
     socket.open.clear()  # the close cannot go either: the client reads nothing
     events = []
@@ -133,7 +133,7 @@ async def test_an_overflow_lets_go_of_the_socket_at_once_and_drops_it_if_the_clo
 
 
 async def test_a_socket_gone_before_the_abort_is_not_aborted(monkeypatch):
-    monkeypatch.setattr("chat.backpressure.ABORT_AFTER_SECONDS", 0.01)
+    monkeypatch.setattr("chat.engine.backpressure.ABORT_AFTER_SECONDS", 0.01)
     socket = Socket()
     aborted = []
     outbox = Outbox(socket.send, limit=150, unsent=lambda: 100, abort=lambda: aborted.append(True))
@@ -156,7 +156,7 @@ async def test_a_fault_in_an_immediate_send_is_not_hidden():
 
 
 def test_sizes_are_bytes_as_the_server_counts_them():
-    from chat.backpressure import _size
+    from chat.engine.backpressure import _size
 
     assert _size({"type": "websocket.send", "text": "ação 中文 😀"}) == len("ação 中文 😀".encode())
 

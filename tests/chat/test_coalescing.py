@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from chat.rounds import RoundLoop, Tool
+from chat.engine.rounds import RoundLoop, Tool
 from tests.chat.test_rounds import Sink as RecordingSink
 from tests.provider import DONE, Pause, WaitFor, chunk, finish, text, tool_fragment, usage
 

@@ -7,11 +7,12 @@ import pytest
 from channels.db import database_sync_to_async
 
 from billing.models import LedgerEntry
-from chat import services, turns
-from chat.consumers import CLOSE_REFUSED
-from chat.models import Conversation, Generation, HelpArticle, RevokedKey, ToolCall, Turn
-from chat.rounds import Tool
-from chat.visitors import hash_key
+from chat.engine import records, turns
+from chat.engine.consumers import CLOSE_REFUSED
+from chat.engine.rounds import Tool
+from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
+from chat.visitors.identity import hash_key
+from helpcenter.models import Article
 from tests.chat.chat_client import ChatClient, check_turn
 from tests.provider import HTTPError, WaitFor, answer, finish, text, tool_round, usage
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 async def articles(db):
-    await database_sync_to_async(HelpArticle.objects.create)(
+    await database_sync_to_async(Article.objects.create)(
         title="Installing the widget",
         slug="install-widget",
         body="Paste the widget script tag into your site's HTML, before the closing body tag.",
@@ -269,7 +270,7 @@ async def test_disconnect_mid_stream_saves_and_bills(use_provider, settings):
 
 async def test_a_second_cancel_during_the_final_write_loses_nothing(chat, use_provider, monkeypatch):
     writing = asyncio.Event()
-    real_finish = services.finish_turn
+    real_finish = records.finish_turn
 
     def slow_finish(*args, **kwargs):
         asyncio.run_coroutine_threadsafe(_set(writing), loop)
@@ -282,7 +283,7 @@ async def test_a_second_cancel_during_the_final_write_loses_nothing(chat, use_pr
         event.set()
 
     loop = asyncio.get_running_loop()
-    monkeypatch.setattr(services, "finish_turn", slow_finish)
+    monkeypatch.setattr(records, "finish_turn", slow_finish)
     use_provider.queue([text("Hello"), WaitFor(asyncio.Event())])
     turn_id = await chat.ask("hi")
     await wait_for_delta(chat, turn_id)
@@ -416,17 +417,17 @@ async def test_refused_with_an_expired_session(db):
 
 
 async def test_a_turn_that_cannot_start_is_an_error_and_the_socket_goes_on(chat, use_provider, monkeypatch):
-    real_start = services.start_turn
+    real_start = records.start_turn
 
     def broken(*args, **kwargs):
         raise RuntimeError("database unavailable")
 
-    monkeypatch.setattr(services, "start_turn", broken)
+    monkeypatch.setattr(records, "start_turn", broken)
     await chat.send({"type": "message", "text": "hi"})
     error = await chat.receive()
     assert (error["type"], error["code"]) == ("error", "server_error")
     assert await turn_count() == 0
-    monkeypatch.setattr(services, "start_turn", real_start)
+    monkeypatch.setattr(records, "start_turn", real_start)
     use_provider.queue(answer("Back."))
     assert (await chat.finish(await chat.ask("hi")))["status"] == "completed"
 

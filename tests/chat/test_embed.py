@@ -22,10 +22,12 @@ from django.core import signing
 from django.test import AsyncClient
 from django.utils import timezone
 
-from chat import embed, services
-from chat.consumers import CLOSE_REFUSED
-from chat.models import Conversation, HelpArticle, Turn
-from chat.visitors import hash_key
+from chat.engine import history
+from chat.engine.consumers import CLOSE_REFUSED
+from chat.models import Conversation, Turn
+from chat.visitors import access, embed
+from chat.visitors.identity import hash_key
+from helpcenter.models import Article
 from kookee.asgi import application
 from tests.chat.chat_client import HOST, ORIGIN, ChatClient, new_session_key
 from tests.provider import WaitFor, answer, finish, text, usage
@@ -114,20 +116,20 @@ def test_an_old_token_is_good_while_its_conversation_is_in_use(settings):
     settings.KOOKEE_WIDGET_IDLE_DAYS = 1
     key = "w-" + "e" * 32
     token = signed_at(key, 3 * 86400)
-    assert services.visitor_for_token(token) is None  # idle: never used since it was made
+    assert access.visitor_for_token(token) is None  # idle: never used since it was made
     conversation = Conversation.objects.create(visitor_hash=hash_key(key))
-    assert services.visitor_for_token(token) == hash_key(key)  # used within the day
+    assert access.visitor_for_token(token) == hash_key(key)  # used within the day
     Conversation.objects.filter(pk=conversation.pk).update(updated_at=timezone.now() - timedelta(days=2))
-    assert services.visitor_for_token(token) is None  # idle for two days
+    assert access.visitor_for_token(token) is None  # idle for two days
 
 
 @pytest.mark.django_db
 def test_a_revoked_token_is_refused():
     token = embed.new_token()
-    visitor = services.visitor_for_token(token)
+    visitor = access.visitor_for_token(token)
     assert visitor == hash_key(embed.visitor_key(token))
-    services.forget_visitor(visitor)
-    assert services.visitor_for_token(token) is None
+    access.forget_visitor(visitor)
+    assert access.visitor_for_token(token) is None
 
 
 def forged_tokens() -> list[tuple[str, str]]:
@@ -250,7 +252,7 @@ def test_the_chat_page_may_not_be_framed(client, settings):
 @pytest.mark.django_db
 def test_help_articles_may_not_be_framed(client, settings):
     settings.KOOKEE_EMBED_ORIGINS = ["https://www.example.com"]
-    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
+    Article.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
 
     response = client.get("/help/install-widget/")
 
@@ -455,7 +457,7 @@ async def test_the_history_frame_for_a_cookie_visitor(use_provider):
         ]
         assert all(t["sources"] == [] for t in turns)
         conversation_id = await database_sync_to_async(lambda: Turn.objects.get(pk=first).conversation_id)()
-        assert {"turns": turns, "more": False, "handoff": None} == await database_sync_to_async(services.history_of)(
+        assert {"turns": turns, "more": False, "handoff": None} == await database_sync_to_async(history.history_of)(
             conversation_id
         )
         # Extra fields are ignored, as for other frames; nothing else is sent.

@@ -28,12 +28,12 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat import services
 from chat.admin import ERASED_MESSAGE
 from chat.models import Conversation, Feedback, Generation, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
-from chat.sources import SEARCH_TOOL
-from chat.visitors import hash_key
+from chat.support import erasure
+from chat.visitors.identity import hash_key
+from chat.vocabulary import SEARCH_TOOL
 from tests.chat.chat_client import ChatClient
 from tests.provider import HTTPError, tool_round
 
@@ -270,7 +270,7 @@ async def test_erasure_leaves_nothing_of_a_provider_refusal_that_quotes_the_visi
     before = await database_sync_to_async(stored_with)(SECRET)
     assert {"Turn.user_text", "Turn.error", "ToolCall.call_id", "ToolCall.name", "Search.query"} <= before
 
-    await database_sync_to_async(services.erase_conversations)([turn.conversation_id], by="test")
+    await database_sync_to_async(erasure.erase_conversations)([turn.conversation_id], by="test")
 
     assert await database_sync_to_async(stored_with)(SECRET) == set()
 

@@ -1,4 +1,4 @@
-"""chat.fastjson: orjson on the hot path, the standard library for what
+"""chat.engine.fastjson: orjson on the hot path, the standard library for what
 orjson will not take, so that anything json read or wrote still works."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chat import fastjson
+from chat.engine import fastjson
 
 CHUNK = {
     "id": "chatcmpl-1",
@@ -92,7 +92,7 @@ def test_nan_and_infinity_are_read(text, check):
 
 @pytest.mark.parametrize("number", [2**64, -(2**63) - 1, 10**40])
 def test_integers_beyond_64_bits_are_read_as_floats(number):
-    # Documented in chat/fastjson.py: orjson reads them as floats, and nothing
+    # Documented in chat/engine/fastjson.py: orjson reads them as floats, and nothing
     # on this path (token counts, turn ids) comes near 2**63.
     value = fastjson.loads(str(number))
     assert type(value) is float

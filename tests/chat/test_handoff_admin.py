@@ -1,4 +1,4 @@
-"""Support's queue of requests for a person (chat/support_admin.py): what
+"""Support's queue of requests for a person (chat/support/admin.py): what
 waits, the filters, the moves (claim, close, reopen) and their races, who may
 see and move what, and the requests on the conversation's own page."""
 
@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from chat.models import Conversation, Handoff, Turn
 from chat.roles import ensure_roles
-from chat.support_admin import HandoffStatusFilter
+from chat.support.admin import HandoffStatusFilter
 
 pytestmark = pytest.mark.django_db
 
@@ -355,7 +355,7 @@ def racing(write, after: str):
     return connection.execute_wrapper(wrapper), raced
 
 
-# The queries of chat.support_admin._apply: the requests that can move, and
+# The queries of chat.support.admin._apply: the requests that can move, and
 # (to reopen one) whether its conversation has another one waiting.
 MOVABLE = 'SELECT "chat_handoff"."id", "chat_handoff"."conversation_id" FROM "chat_handoff"'
 ANOTHER_WAITING = 'AS "a" FROM "chat_handoff"'

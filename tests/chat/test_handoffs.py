@@ -1,4 +1,4 @@
-"""Handoff to a person (chat/handoffs.py): the visitor's `handoff` frame, the
+"""Handoff to a person (chat/support/handoffs.py): the visitor's `handoff` frame, the
 model's request_human tool (scripted, and the offline model's), one pending
 request per conversation, the per-network cap, and Support told in the
 background, by email and by a webhook to a real receiver on a loopback port,
@@ -28,12 +28,14 @@ from django.core.management import call_command
 from django.core.validators import validate_email
 from django.utils import timezone
 
-from chat import embed, handoffs, offline, services
-from chat.consumers import CLOSE_REFUSED
-from chat.limits import LimitReached
+from chat.engine import offline
+from chat.engine.consumers import CLOSE_REFUSED
 from chat.models import Conversation, Handoff, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
-from chat.visitors import Visitor, hash_key
+from chat.support import erasure, handoffs
+from chat.visitors import embed
+from chat.visitors.identity import Visitor, hash_key
+from chat.visitors.limits import LimitReached
 from kookee.asgi import application
 from tests.chat.chat_client import HOST, ORIGIN, ChatClient, new_session_key
 from tests.provider import WaitFor, answer, text, tool_round
@@ -1264,7 +1266,7 @@ def test_erasing_a_conversation_erases_its_requests():
     erased, kept = handoff_in(hash_key("erase-me")), handoff_in(hash_key("keep-me"))
     turn_id = erased.turn_id
 
-    services.erase_conversations([erased.conversation_id], by="test")
+    erasure.erase_conversations([erased.conversation_id], by="test")
 
     erased.refresh_from_db()
     kept.refresh_from_db()

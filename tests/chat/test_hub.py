@@ -1,4 +1,4 @@
-"""Tabs and processes (chat/hub.py): every tab follows the conversation's
+"""Tabs and processes (chat/engine/hub.py): every tab follows the conversation's
 turn, a tab that comes in mid-turn is resumed, Stop works from any tab, the
 last tab's leaving starts the grace period.
 
@@ -19,10 +19,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from chat import hub, lifecycle, services
-from chat.hub import Hub
+from chat.engine import hub, lifecycle, records
+from chat.engine.hub import Hub
 from chat.models import Conversation, Turn
-from chat.visitors import Visitor, hash_key
+from chat.visitors.identity import Visitor, hash_key
+from chat.vocabulary import StopReason
 from tests.chat.chat_client import ChatClient, new_session_key
 from tests.provider import WaitFor, finish, text, usage
 
@@ -223,7 +224,7 @@ async def test_shutdown_ends_the_turn_in_every_tab_with_its_reason(tabs, use_pro
     request = await use_provider.wait_for_request(1)
     await second.receive_until("delta", turn_id=turn_id)
 
-    running = hub.current().stop_all(hub.SHUTDOWN)
+    running = hub.current().stop_all(StopReason.SHUTDOWN)
     await asyncio.wait(running, timeout=5)
     assert await hung_up(request)
     for tab in (first, second):
@@ -233,7 +234,7 @@ async def test_shutdown_ends_the_turn_in_every_tab_with_its_reason(tabs, use_pro
 
 async def test_a_process_shutting_down_starts_no_more_turns(tabs, use_provider):
     first = await tabs()
-    hub.current().stop_all(hub.SHUTDOWN)
+    hub.current().stop_all(StopReason.SHUTDOWN)
     await first.send({"type": "message", "text": "hello?"})
     error = await first.receive()
     assert (error["type"], error["code"]) == ("error", "unavailable")
@@ -246,9 +247,9 @@ async def test_a_process_shutting_down_starts_no_more_turns(tabs, use_provider):
 
 def test_a_second_turn_in_a_conversation_is_busy():
     visitor = Visitor.of(hash_key("someone"), None)
-    conversation_id = services.start_turn(visitor, None, "first", "m").conversation_id
-    with pytest.raises(services.Busy):
-        services.start_turn(visitor, conversation_id, "second", "m")
+    conversation_id = records.start_turn(visitor, None, "first", "m").conversation_id
+    with pytest.raises(records.Busy):
+        records.start_turn(visitor, conversation_id, "second", "m")
     assert Turn.objects.count() == 1
 
 
@@ -281,9 +282,9 @@ def test_racing_messages_give_one_turn(first_message):
     def message(n):
         barrier.wait()
         try:
-            services.start_turn(visitor, known, f"message {n}", "m")
+            records.start_turn(visitor, known, f"message {n}", "m")
             return "started"
-        except services.Busy:
+        except records.Busy:
             return "busy"
         finally:
             connections.close_all()

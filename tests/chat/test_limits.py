@@ -17,11 +17,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from chat import embed, limits
-from chat.consumers import CLOSE_FLOOD, CLOSE_IDLE, CLOSE_TOO_MANY
-from chat.limits import FrameBudget
+from chat.engine.consumers import CLOSE_FLOOD, CLOSE_IDLE, CLOSE_TOO_MANY
 from chat.models import Conversation, DayBudget, Turn
-from chat.visitors import Visitor, hash_key
+from chat.visitors import embed, limits
+from chat.visitors.identity import Visitor, hash_key
+from chat.visitors.limits import FrameBudget
 from kookee.asgi import application
 from tests.chat.chat_client import HOST, ORIGIN, ChatClient, new_session_key
 from tests.provider import WaitFor, answer, finish, text, tool_round, usage
@@ -541,7 +541,7 @@ async def test_turns_at_once_cannot_pass_a_budget_together(settings, use_provide
 
 
 async def test_a_round_the_budget_cannot_hold_ends_the_turn_failed_and_billed(settings, use_provider, monkeypatch):
-    from chat import metrics
+    from chat.ops import metrics
 
     provider_errors = []
     monkeypatch.setattr(metrics, "provider_error", provider_errors.append)
@@ -589,14 +589,14 @@ async def test_a_turn_holds_its_worst_case_while_it_runs_and_settles_at_its_end(
 
 
 async def test_the_sweeper_settles_a_turn_whose_process_died(settings, use_provider):
-    from chat import services
+    from chat.engine import records
 
     settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
 
     @database_sync_to_async
     def dead_turn():
         visitor = Visitor.of(hash_key("gone"), "203.0.113.7")
-        turn_id = services.start_turn(visitor, None, "hi", "gpt-4o-mini", tool_chars=900).turn_id
+        turn_id = records.start_turn(visitor, None, "hi", "gpt-4o-mini", tool_chars=900).turn_id
         Turn.objects.filter(pk=turn_id).update(
             heartbeat_at=timezone.now() - timedelta(minutes=5), checkpoint_round=1, checkpoint_input_tokens=400
         )
@@ -604,7 +604,7 @@ async def test_the_sweeper_settles_a_turn_whose_process_died(settings, use_provi
 
     turn_id = await dead_turn()
     held = await network_spent("203.0.113.7/32")
-    closed = await database_sync_to_async(services.close_stale_turns)(30)
+    closed = await database_sync_to_async(records.close_stale_turns)(30)
 
     assert [turn for _, turn in closed] == [turn_id]
     assert held > 400
@@ -615,13 +615,13 @@ async def test_the_sweeper_settles_a_turn_whose_process_died(settings, use_provi
 @pytest.mark.django_db
 def test_old_day_counters_are_purged(transactional_db):
     from billing import days
-    from chat import services
+    from chat.support import erasure
 
     today = days.today()
     for age in (0, 1, 2, 30):
         DayBudget.objects.create(day=today - timedelta(days=age), key=limits.SITE, tokens=1)
 
-    assert services.purge_expired()["day_budgets"] == 2
+    assert erasure.purge_expired()["day_budgets"] == 2
     assert sorted(DayBudget.objects.values_list("day", flat=True)) == [today - timedelta(days=1), today]
 
 
@@ -697,19 +697,19 @@ def test_a_round_that_ends_after_a_sweeper_closed_its_turn_holds_nothing_more(se
     # Its process stalled past KOOKEE_STALE_TURN_SECONDS: another one's
     # sweeper closed, billed and settled the turn. What the late round would
     # add to the day's counters would never be settled.
-    from chat import services
-    from chat.rounds import Round
+    from chat.engine import records
+    from chat.engine.rounds import Round
 
     settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
     visitor = Visitor.of(hash_key("stalled"), "203.0.113.7")
-    started = services.start_turn(visitor, None, "hi", "gpt-4o-mini", tool_chars=900)
+    started = records.start_turn(visitor, None, "hi", "gpt-4o-mini", tool_chars=900)
     Turn.objects.filter(pk=started.turn_id).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
-    services.close_stale_turns(30)
+    records.close_stale_turns(30)
     settled = DayBudget.objects.get(key=limits.network_key("203.0.113.7/32")).tokens
 
     rnd = Round(number=1, prompt_chars=100, finish_reason="tool_calls")
     rnd.reported_usage = {"prompt_tokens": 400, "completion_tokens": 20}
-    budget, refused = services.end_round(started.turn_id, rnd, started.budget, started.budget["tokens"] + 5000)
+    budget, refused = records.end_round(started.turn_id, rnd, started.budget, started.budget["tokens"] + 5000)
 
     assert (budget, refused) == (started.budget, "")
     assert DayBudget.objects.get(key=limits.network_key("203.0.113.7/32")).tokens == settled

@@ -1,5 +1,5 @@
-"""The operator's endpoints (chat/monitoring.py) and the metrics they serve
-(chat/metrics.py): /metrics is the operator's alone, its figures are the ones
+"""The operator's endpoints (chat/ops/monitoring.py) and the metrics they serve
+(chat/ops/metrics.py): /metrics is the operator's alone, its figures are the ones
 recorded, and /healthz tells the load balancer what answers."""
 
 import asyncio
@@ -10,7 +10,7 @@ from channels.layers import InMemoryChannelLayer
 from django.test import AsyncClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from chat import metrics
+from chat.ops import metrics
 from tests.chat.chat_client import ChatClient
 from tests.provider import WaitFor, answer
 from tests.test_logging import console_output

@@ -4,7 +4,7 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from chat.visitors import hash_key
+from chat.visitors.identity import hash_key
 
 BEFORE = [("chat", "0002_conversation_updated_at_index")]
 AFTER = [("chat", "0005_remove_conversation_session_key")]

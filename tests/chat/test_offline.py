@@ -8,7 +8,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
-from chat import offline, provider
+from chat.engine import offline, provider
 from chat.models import Generation, Search, ToolCall
 from tests.chat.chat_client import ChatClient
 

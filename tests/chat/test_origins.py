@@ -1,12 +1,12 @@
 """Which origins may open the chat's socket: scheme, host and port, through
-the real ASGI application (chat/origins.py)."""
+the real ASGI application (chat/visitors/origins.py)."""
 
 from urllib.parse import quote
 
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from chat import embed, origins
+from chat.visitors import embed, origins
 from kookee.asgi import application
 from tests.chat.chat_client import ChatClient, new_session_key
 

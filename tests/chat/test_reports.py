@@ -1,9 +1,13 @@
-"""Support's figures (chat/reports.py): the support report for a period and
+"""Support's figures (chat/support/reports.py): the support report for a period and
 the unanswered questions, over data built in the database; the period's days
 are the site's (billing/days.py). Then the two admin pages that show them
-(chat/support_admin.py), and the searches list, for each role."""
+(chat/support/admin.py), and the searches list, for each role."""
 
+import re
+from dataclasses import fields
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from html.parser import HTMLParser
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -13,10 +17,14 @@ from django.test import Client
 from django.utils import timezone
 
 from billing import days
-from chat import reports, search
+from billing.models import Price
+from billing.services import bill_once
+from billing.templatetags.billing_admin import grouped, money
 from chat.models import Conversation, Feedback, Generation, Handoff, Search, Turn
-from chat.reports import Period
 from chat.roles import ensure_roles
+from chat.support import reports
+from chat.support.reports import Period
+from helpcenter import search
 
 pytestmark = pytest.mark.django_db
 
@@ -531,19 +539,97 @@ def test_an_unknown_parameter_is_a_bad_request(support, page, string):
     assert response.content.decode().startswith("Unknown parameter:")
 
 
+class VisibleText(HTMLParser):
+    """The text a person reads on a page: the text between tags and the
+    attributes shown as text (a tooltip, an image's alternative, a field's
+    hint, a button's label), but not scripts, styles, hrefs, ids, classes or
+    hidden values such as the CSRF token, which hold random characters."""
+
+    SHOWN = {"title", "alt", "aria-label", "placeholder"}
+    HIDDEN = {"script", "style", "template"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts, self.hidden = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.HIDDEN:
+            self.hidden += 1
+        attrs = dict(attrs)
+        shown = [value for name, value in attrs.items() if name in self.SHOWN]
+        if tag == "input" and attrs.get("type") in ("submit", "button", "reset"):
+            shown.append(attrs.get("value"))
+        self.parts.extend(value for value in shown if value)
+
+    def handle_endtag(self, tag):
+        if tag in self.HIDDEN and self.hidden:
+            self.hidden -= 1
+
+    def handle_data(self, data):
+        if not self.hidden:
+            self.parts.append(data)
+
+
+def visible_text(html):
+    parser = VisibleText()
+    parser.feed(html)
+    parser.close()
+    return " ".join(" ".join(parser.parts).split())
+
+
+# What a price or a cost would look like: the words billing's pages use ("Cost
+# (USD)", "unpriced", "Prices"), and a currency.
+PRICE_WORDS = re.compile(r"\b(?:un)?pric\w*|\bcost\w*|\busd\b|\bdollars?\b|[$€£¢]", re.IGNORECASE)
+
+
+def price_talk(text, cost):
+    """What in the text speaks of a price or a cost: the words, and the turn's
+    cost as billing's pages write it (money: 7.89) or as stored (7.89000000)."""
+    amounts = {money(cost), grouped(cost), str(cost), str(cost.normalize())}
+    return PRICE_WORDS.findall(text) + [amount for amount in amounts if amount in text]
+
+
 @pytest.mark.parametrize("page", [UNANSWERED_PAGE, REPORT_PAGE])
 def test_the_pages_show_no_price_or_cost(support, superuser, page):
-    from billing.services import bill_once
-
     now = timezone.now()
+    Price.objects.create(
+        model="m", input_per_million=7000, output_per_million=8900, effective_from=now - timedelta(days=1)
+    )
     asked = turn(conversation(), now)
     searched(asked, "pay in bitcoins", now)
-    bill_once(asked.id, model="m", input_tokens=1000, output_tokens=100, estimated=False)
-    support_page = support.get(page).content.decode().lower()
-    assert not [word for word in ("price", "cost", "usd", "$") if word in support_page]
+    entry = bill_once(asked.id, model="m", input_tokens=1000, output_tokens=100, estimated=False)
+    assert money(entry.cost) == "7.89"  # a turn with a price, on the page's period
+
+    response = support.get(page)
+    assert response.status_code == 200
+    assert "pay in bitcoins" in visible_text(main_content(response))  # the turn is on the page
+    # Support reads the whole page, its menu too: no price, no cost, no currency.
+    assert price_talk(visible_text(response.content.decode()), entry.cost) == []
+    # Nor does the page hand the template one to show.
+    shown = response.context["figures"] if page == REPORT_PAGE else {"gaps": response.context["gaps"]}
+    names = [*shown, *(f.name for f in fields(reports.Gap))]
+    assert not [name for name in names if PRICE_WORDS.search(name.replace("_", " "))]
     # A superuser's menu lists the price table; the page itself names no price.
-    superuser_page = main_content(superuser.get(page)).lower()
-    assert not [word for word in ("price", "cost", "usd", "$") if word in superuser_page]
+    superuser_page = visible_text(main_content(superuser.get(page)))
+    assert price_talk(superuser_page, entry.cost) == []
+
+
+def test_price_talk_finds_a_price_but_not_a_token():
+    cost = Decimal("7.89000000")
+    assert price_talk(visible_text("<p>Cost: $1.20</p>"), cost) == ["Cost", "$"]
+    assert price_talk(visible_text("<dt>Cost (USD)</dt><dd>7.89</dd>"), cost) == ["Cost", "USD", "7.89"]
+    assert price_talk(visible_text("<td>unpriced</td><svg><title>Mar 1: 7.89</title></svg>"), cost) == [
+        "unpriced",
+        "7.89",
+    ]
+    assert price_talk(visible_text('<a href="#" title="Prices">x</a>'), cost) == ["Prices"]
+    hidden = (
+        '<input type="hidden" name="csrfmiddlewaretoken" value="aUSDcost$price7.89">'
+        '<div id="usd-cost" class="price" data-x="$"><script>var cost = "$7.89";</script>'
+        "<style>.usd::before { content: '$'; }</style>Conversations</div>"
+    )
+    assert visible_text(hidden) == "Conversations"
+    assert price_talk(visible_text(hidden), cost) == []
 
 
 def test_the_unanswered_page_takes_the_same_queries_for_few_and_many(support, django_assert_max_num_queries):

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from chat.rounds import EndTurn, Ratios, Round, RoundLoop, Tool, Usage
+from chat.engine.rounds import EndTurn, Ratios, Round, RoundLoop, Tool, Usage
 from tests.provider import (
     CHUNK_BASE,
     DONE,

@@ -1,7 +1,7 @@
 """Every help-center search the model makes is stored (chat.models.Search),
 for the unanswered-questions page: what was searched, its terms, how well the
 best article matched, which articles came back, and whether the answer cited
-one. Written when the turn ends, however it ends (chat/services.py
+one. Written when the turn ends, however it ends (chat/support/searches.py
 record_searches, from finish_turn and from the stale-turn sweeper); blanked
 by erasure; logged without what was searched."""
 
@@ -17,9 +17,13 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from chat import search, services
-from chat.models import Conversation, Generation, HelpArticle, Search, ToolCall, Turn
-from chat.tools import search_help_center_sync
+from chat.engine import records
+from chat.models import Conversation, Generation, Search, ToolCall, Turn
+from chat.support import erasure
+from chat.support import searches as search_records
+from helpcenter import search
+from helpcenter.models import Article
+from helpcenter.search import search_sync as search_help_center_sync
 from tests.chat.chat_client import ChatClient
 from tests.provider import HTTPError, WaitFor, answer, finish, text, tool_fragment, tool_round, usage
 
@@ -55,7 +59,7 @@ def searches(**filters):
 
 
 def widget_article_id():
-    return HelpArticle.objects.get(slug="install-feedback-widget").id
+    return Article.objects.get(slug="install-feedback-widget").id
 
 
 def searched(query, *, call_id="c1"):
@@ -97,7 +101,7 @@ async def test_a_search_that_found_the_article_and_was_cited(turn_of):
 
 
 async def test_an_answer_that_names_the_article_by_title_cites_it(turn_of):
-    title = await database_sync_to_async(lambda: HelpArticle.objects.get(slug="install-feedback-widget").title)()
+    title = await database_sync_to_async(lambda: Article.objects.get(slug="install-feedback-widget").title)()
     await turn_of(ANSWERED, searched(ANSWERED), answer(f"See “{title}” in the help center."))
     [found] = await searches()
     assert (found.matched, found.cited) == (True, True)
@@ -281,7 +285,7 @@ async def test_erasure_blanks_what_was_searched_and_keeps_the_numbers(turn_of):
     [before] = await searches()
     conversation_id = await database_sync_to_async(lambda: Turn.objects.get(pk=turn_id).conversation_id)()
 
-    await database_sync_to_async(services.erase_conversations)([conversation_id], by="test")
+    await database_sync_to_async(erasure.erase_conversations)([conversation_id], by="test")
 
     [after] = await searches()
     assert (after.query, after.terms) == ("", "")
@@ -333,7 +337,7 @@ def test_the_sweeper_stores_the_searches_of_a_turn_it_closes():
     call_command("load_demo_help_center", stdout=io.StringIO())
     turn = stale_turn_with_searches(f"Let me look.\n\nSee [the guide]({WIDGET_URL})", ANSWERED, "pay with bitcoin")
 
-    assert services.close_stale_turns(stale_after_seconds=30) == [("dead-process", turn.id)]
+    assert records.close_stale_turns(stale_after_seconds=30) == [("dead-process", turn.id)]
 
     stored = list(Search.objects.filter(turn=turn).order_by("id"))
     assert [(s.query, s.terms, s.matched, s.cited) for s in stored] == [
@@ -344,7 +348,7 @@ def test_the_sweeper_stores_the_searches_of_a_turn_it_closes():
     assert stored[0].top_score == search_help_center_sync(ANSWERED)["top_score"]
     assert stored[1].article_ids == []
     # Once: a second sweep finds nothing to close.
-    assert services.close_stale_turns(stale_after_seconds=30) == []
+    assert records.close_stale_turns(stale_after_seconds=30) == []
     assert Search.objects.filter(turn=turn).count() == 2
 
 
@@ -353,7 +357,7 @@ async def test_a_search_that_cannot_be_recorded_costs_the_record_not_the_bill(ch
     def broken(*args, **kwargs):
         raise RuntimeError("the search table is gone")
 
-    monkeypatch.setattr(services, "_record_searches", broken)
+    monkeypatch.setattr(search_records, "_record_searches", broken)
     use_provider.queue(
         tool_round([("call_1", "search_help_center", {"query": "install the widget"})]),
         answer("Paste the snippet."),

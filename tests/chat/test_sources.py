@@ -9,10 +9,11 @@ import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
-from chat import services, turns
+from chat.engine import history, turns
+from chat.engine.rounds import Tool
+from chat.engine.rounds import ToolRequest as ToolCall
 from chat.models import ToolCall as StoredToolCall
 from chat.models import Turn
-from chat.rounds import Tool, ToolCall
 from chat.sources import search_results, used_articles
 from tests.chat.chat_client import ChatClient
 from tests.provider import WaitFor, answer, text, tool_round
@@ -247,7 +248,7 @@ def stored_results(turn_id):
 
 @database_sync_to_async
 def history_of_turn(turn_id):
-    return services.history_of(Turn.objects.get(pk=turn_id).conversation_id)["turns"]
+    return history.history_of(Turn.objects.get(pk=turn_id).conversation_id)["turns"]
 
 
 CUSTOMIZE = {

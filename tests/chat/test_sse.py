@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chat import provider as provider_module
-from chat.provider import EventParser
-from chat.rounds import RoundLoop, StreamError, Tool
+from chat.engine import provider as provider_module
+from chat.engine.rounds import RoundLoop, StreamError, Tool
+from chat.engine.sse import EventParser
 from tests.chat.test_rounds import Sink
 from tests.provider import (
     DONE,

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (chat/tracing.py): the real SDK and OTLP/HTTP exporter
+"""OpenTelemetry traces (chat/ops/tracing.py): the real SDK and OTLP/HTTP exporter
 sending to a collector stand-in on loopback that decodes what it receives."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from chat import tracing
+from chat.ops import tracing
 from tests.chat.chat_client import ChatClient
 from tests.provider import WaitFor, answer, text, tool_round
 
@@ -162,7 +162,7 @@ async def test_a_failed_turn_marks_its_last_call_and_the_turn_as_errors(collecto
 def test_the_application_traces_only_with_an_endpoint(endpoint, expected):
     code = (
         "import os, sys, django; os.environ['DJANGO_SETTINGS_MODULE'] = 'tests.settings'; django.setup();"
-        "import kookee.asgi; from chat import tracing;"
+        "import kookee.asgi; from chat.ops import tracing;"
         "print(tracing.enabled(), 'opentelemetry.sdk' in sys.modules); tracing.shutdown()"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

@@ -1,4 +1,4 @@
-"""The provider client's asyncio network backend (chat/transport.py), against
+"""The provider client's asyncio network backend (chat/engine/transport.py), against
 real sockets: plain and TLS, timeouts, refused connections, and pooled
 connections the server has closed."""
 
@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from chat import provider, transport
+from chat.engine import provider, transport
 
 BODY = b"data: {}\n\ndata: [DONE]\n\n"
 

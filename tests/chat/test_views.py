@@ -8,10 +8,11 @@ import pytest
 from django.contrib.sessions.models import Session
 from django.test import Client
 
-from chat import services, sessions
-from chat.models import Conversation, HelpArticle, Turn
-from chat.sessions import SessionStore
-from chat.visitors import hash_key
+from chat.models import Conversation, Turn
+from chat.visitors import access, sessions
+from chat.visitors.identity import hash_key
+from chat.visitors.sessions import SessionStore
+from helpcenter.models import Article
 
 pytestmark = pytest.mark.django_db
 
@@ -124,7 +125,7 @@ def test_a_minted_key_that_is_no_good_gets_a_fresh_one(client, cookie):
 def test_a_visitor_who_started_over_gets_a_new_key_and_no_row(client):
     client.get("/")
     old = client.cookies["sessionid"].value
-    services.forget_visitor(hash_key(old))
+    access.forget_visitor(hash_key(old))
 
     client.get("/")
 
@@ -169,7 +170,7 @@ def test_a_revoked_session_gets_a_new_key_and_keeps_its_data(client):
     session.save()
     old = client.cookies["sessionid"].value
     Turn.objects.create(conversation=conversation_of(client), user_text="before", model="m", status="completed")
-    services.forget_visitor(hash_key(old))
+    access.forget_visitor(hash_key(old))
 
     response = client.get("/")
 
@@ -292,7 +293,7 @@ def test_the_page_embeds_only_the_latest_page_of_history(client, settings):
 
 
 def test_a_published_article_is_shown_escaped(client):
-    HelpArticle.objects.create(
+    Article.objects.create(
         title="Installing the widget",
         slug="install-widget",
         body="Paste the <b>script</b> tag before </body>.",
@@ -308,13 +309,13 @@ def test_a_published_article_is_shown_escaped(client):
 
 
 def test_an_unpublished_article_is_not_found(client):
-    HelpArticle.objects.create(title="Draft", slug="draft", body="Not yet.", published=False)
+    Article.objects.create(title="Draft", slug="draft", body="Not yet.", published=False)
 
     assert client.get("/help/draft/").status_code == 404
 
 
 def test_an_unknown_article_is_not_found(client):
-    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
+    Article.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
 
     assert client.get("/help/no-such-article/").status_code == 404
 
@@ -327,9 +328,9 @@ def help_links(page: str) -> list[str]:
 
 
 def test_the_help_index_lists_every_published_article_by_title(client):
-    HelpArticle.objects.create(title="Refund policy", slug="refund-policy", body="Within 14 days.")
-    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
-    HelpArticle.objects.create(title="A draft", slug="a-draft", body="Not yet.", published=False)
+    Article.objects.create(title="Refund policy", slug="refund-policy", body="Within 14 days.")
+    Article.objects.create(title="Installing the widget", slug="install-widget", body="Paste it.")
+    Article.objects.create(title="A draft", slug="a-draft", body="Not yet.", published=False)
 
     response = client.get("/help/")
 
@@ -339,8 +340,8 @@ def test_the_help_index_lists_every_published_article_by_title(client):
 
 
 def test_the_help_index_searches_as_the_assistant_does(client):
-    HelpArticle.objects.create(title="Refund policy", slug="refund-policy", body="Refunds within 14 days.")
-    HelpArticle.objects.create(title="Installing the widget", slug="install-widget", body="Paste the tag.")
+    Article.objects.create(title="Refund policy", slug="refund-policy", body="Refunds within 14 days.")
+    Article.objects.create(title="Installing the widget", slug="install-widget", body="Paste the tag.")
 
     found = client.get("/help/", {"q": "how do refunds work"}).content.decode()
     nothing = client.get("/help/", {"q": "bitcoin"}).content.decode()
@@ -360,7 +361,7 @@ def test_a_help_search_is_shown_escaped_and_cut(client):
 
 
 def test_an_article_links_back_to_the_help_index(client):
-    HelpArticle.objects.create(title="Refund policy", slug="refund-policy", body="Within 14 days.")
+    Article.objects.create(title="Refund policy", slug="refund-policy", body="Within 14 days.")
 
     page = client.get("/help/refund-policy/").content.decode()
 

@@ -5,7 +5,7 @@ import ipaddress
 
 import pytest
 
-from chat.visitors import client_address, hash_key, network_of
+from chat.visitors.identity import client_address, hash_key, network_of
 
 
 def test_a_key_is_stored_as_a_keyed_hash(settings):

@@ -12,9 +12,9 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from billing.services import bill_once
-from chat import search
 from chat.models import Conversation, Feedback, Generation, Handoff, Search, ToolCall, Turn
 from chat.roles import ensure_roles
+from helpcenter import search
 
 # (question, answer, status, rating, comment, searched for, matched, handoff)
 TURNS = [

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import pytest
 from playwright.sync_api import expect
 
-from chat.offline import CAPABILITIES_ANSWER, GREETING_ANSWER
+from chat.engine.offline import CAPABILITIES_ANSWER, GREETING_ANSWER
 from tests.e2e.conftest import App
 from tests.e2e.test_chat_page import last_answer, turn_id
 from tests.e2e.test_reconnect import SLOW

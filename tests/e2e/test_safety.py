@@ -11,7 +11,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
-from chat import sessions
+from chat.visitors import sessions
 from tests.e2e.conftest import App, chat
 from tests.e2e.test_chat_page import last_answer
 from tests.e2e.test_widget import (  # noqa: F401 (customer_sites: a fixture)

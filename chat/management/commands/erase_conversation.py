@@ -1,13 +1,13 @@
 """Erases conversations at their visitors' request, by public id: the same
-erasure as the conversation admin's action (services.erase_conversations).
+erasure as the conversation admin's action (erasure.erase_conversations).
 All or nothing: one unknown or malformed id, and nothing is erased."""
 
 import uuid
 
 from django.core.management.base import BaseCommand, CommandError
 
-from chat import services
 from chat.models import Conversation
+from chat.support import erasure
 
 
 class Command(BaseCommand):
@@ -29,8 +29,8 @@ class Command(BaseCommand):
         if unknown:
             raise CommandError(f"No conversation with the public id {', '.join(unknown)}. Nothing erased.")
         try:
-            erased = services.erase_conversations(list(found.values()), by="manage.py")
-        except services.ErasureRefused as refused:
+            erased = erasure.erase_conversations(list(found.values()), by="manage.py")
+        except erasure.ErasureRefused as refused:
             raise CommandError(f"{refused} Nothing erased.") from refused
         for conversation in erased:
             self.stdout.write(f"Erased conversation {conversation.public_id}.")

@@ -1,7 +1,7 @@
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from chat import services
+from chat.support import erasure
 
 
 class Command(BaseCommand):
@@ -12,7 +12,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options) -> None:
         call_command("clearsessions")
-        purged = services.purge_expired()
+        purged = erasure.purge_expired()
         self.stdout.write(
             f"Cleared expired sessions; dropped the client addresses of {purged['addresses']} turn(s) "
             f"and {purged['revoked_keys']} revoked key(s) past use."

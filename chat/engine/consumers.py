@@ -1,0 +1,429 @@
+"""The chat WebSocket: translates frames into turns and turns into frames.
+
+Channels dispatches one frame at a time, so each turn runs in its own task
+(chat/engine/turns.py); otherwise a `stop` frame would wait for the answer it is
+meant to stop. The socket is one tab of its conversation (chat/engine/hub.py),
+which follows the conversation's turns wherever they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.utils import translation
+from django.utils.translation import gettext_lazy as _
+
+from chat import errors
+from chat.engine import backpressure, fastjson, history, hub, lifecycle, records, turns
+from chat.support import feedback, handoffs
+from chat.text import storable
+from chat.visitors import access, embed, limits
+from chat.visitors import identity as visitors
+from chat.visitors.identity import Visitor
+from chat.visitors.limits import FrameBudget, LimitReached
+from chat.vocabulary import Code
+
+logger = logging.getLogger("kookee.consumers")
+
+# How long stop/disconnect wait for a cancelled turn to save and bill.
+CANCEL_WAIT_SECONDS = 10
+# Close codes the page acts on (sent after accept: a refused handshake looks
+# like any network failure to a browser, code 1006, and the page must tell
+# "try again" from "your key is no good").
+CLOSE_REFUSED = 4401  # a widget token that is no good, or a revoked session: start afresh
+CLOSE_IDLE = 4408  # nothing happened for a while: reconnect on the visitor's next move
+CLOSE_TOO_MANY = 4429  # too many sockets for this visitor or network
+# Too many frames. (Not 1008, "policy violation": daphne's WebSocket library
+# lets an application close only with 1000 or 3000-4999.)
+CLOSE_FLOOD = 4008
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    # No channel per socket: the process's hub listens for all of them, so a
+    # socket costs the channel layer nothing while nobody else watches.
+    channel_layer_alias = "no channel layer"
+    visitor: Visitor | None = None
+    conversation_id: int | None = None
+    idle_timer: asyncio.TimerHandle | None = None
+    joined: str | None = None  # the visitor whose turns this tab follows (chat/engine/hub.py)
+    language: str = settings.LANGUAGE_CODE  # what this tab's visitor reads (their browser's)
+    replacing: int | None = None  # a full conversation, which the next message leaves for a new one
+
+    async def __call__(self, scope, receive, send) -> None:
+        self.tab_id = secrets.token_hex(4)
+        # Every message to the socket goes through its outbox, which never
+        # waits for the client and bounds what waits for it (chat/engine/backpressure.py).
+        server = scope[backpressure.SCOPE_KEY] if backpressure.SCOPE_KEY in scope else backpressure.socket_of(send)
+        self.outbox = backpressure.Outbox(
+            send,
+            settings.KOOKEE_SOCKET_BACKLOG_BYTES,
+            server.unsent,
+            abort=server.abort,
+            on_overflow=self._on_overflow,
+        )
+        lifecycle.connections.add(asyncio.current_task())
+        try:
+            await super().__call__(scope, receive, self.outbox.send)
+        except asyncio.CancelledError:
+            # Daphne cancels every connection as it shuts down, at the same
+            # moment as the shutdown hook stops the turns: this tab hears how
+            # its turn ended before it leaves the hub.
+            await self._await_running_turn()
+            raise
+        finally:
+            lifecycle.connections.discard(asyncio.current_task())
+            self.outbox.forget()
+            await self._forget_socket()
+
+    def _on_overflow(self) -> None:
+        """The client stopped reading and its socket is being closed (chat/
+        backpressure.py): its slot, its place among the visitor's tabs and
+        its timer go now, not when the server lets go of the connection."""
+        self.leaving = asyncio.ensure_future(self._forget_socket())
+
+    async def _await_running_turn(self) -> None:
+        broadcast = hub.current().owned.get(self.joined) if self.joined else None
+        task = broadcast.task if broadcast is not None else None
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
+
+    async def deliver(self, frame: dict[str, Any]) -> None:
+        """A frame of the conversation's turns (from the hub)."""
+        if frame["type"] == "error":
+            # Why a turn failed, said in this tab's language: every tab of
+            # the conversation hears it, whoever started the turn.
+            frame = {**frame, "message": errors.message(frame["code"], self.language)}
+        await self.send_json(frame)
+        if frame["type"] == "turn.ended":
+            self._rearm_idle_timer()
+
+    async def connect(self) -> None:
+        self.language = _language(self.scope)
+        try:
+            identity = await database_sync_to_async(_identify)(self.scope)
+        except access.Refused:
+            # A key we know and no longer accept: said after accepting, where
+            # the page can read it (a refused handshake looks like any network
+            # failure to a browser, and the widget must not drop its token
+            # for a network failure).
+            await self.accept()
+            await self.close(code=CLOSE_REFUSED, reason="Start afresh.")
+            return
+        if identity is None:
+            # No session cookie from GET /: the handshake is refused (HTTP
+            # 403), as for a foreign origin.
+            await self.close()
+            return
+        await self.accept()
+        visitor, self.conversation_id, running = identity
+        if not limits.sockets.open(visitor):
+            await self.close(code=CLOSE_TOO_MANY, reason="Too many open chats.")
+            return
+        self.visitor = visitor
+        self.frames = FrameBudget(
+            settings.KOOKEE_FRAME_BURST,
+            settings.KOOKEE_FRAMES_PER_SECOND,
+            settings.KOOKEE_FRAME_BYTES_BURST,
+            settings.KOOKEE_FRAME_BYTES_PER_SECOND,
+        )
+        self._rearm_idle_timer()
+        # The visitor's turns, in whichever tab they started; one running
+        # now is resumed in this tab.
+        self.joined = visitor.hash
+        await hub.current().join(self, visitor.hash, running)
+
+    async def disconnect(self, code: int) -> None:
+        self.outbox.forget()
+        await self._forget_socket()
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.visitor is None or self.outbox.closed:
+            return  # refused, or closing: nothing it asks is answered
+        self._rearm_idle_timer()
+        if not self.frames.take(_size(text_data) if text_data is not None else len(bytes_data or b"")):
+            # A flood's turn is stopped now, not when the close handshake ends.
+            await self._stop_turn()
+            await self._error(Code.FLOOD)
+            await self.close(code=CLOSE_FLOOD)
+            await self._forget_socket()
+            return
+        with translation.override(self.language):  # its error messages
+            frame, problem = _parse(text_data, bytes_data)
+        if problem:
+            await self._error(*problem)
+        elif frame["type"] == "stop":
+            await self._stop_turn()
+        elif frame["type"] == "history":
+            await self._send_history(frame.get("before"))
+        elif frame["type"] == "feedback":
+            await self._save_feedback(frame)
+        elif frame["type"] == "handoff":
+            await self._request_handoff(frame)
+        elif frame["type"] == "forget":
+            await self._stop_turn()
+            await database_sync_to_async(access.forget_visitor)(self.visitor.hash)
+            await self.close(code=CLOSE_REFUSED, reason="Started over.")
+        elif self._turn_running():
+            await self._busy()
+        else:
+            await self._start_turn(frame["text"])
+
+    async def _send_history(self, before: int | None) -> None:
+        try:
+            self.conversation_id, page = await database_sync_to_async(history.visitors_history)(
+                self.visitor.hash, self.conversation_id, before
+            )
+        except access.Refused:
+            await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
+            return
+        # "before" is echoed, so the page can tell an older page from a fresh look.
+        reply = fastjson.dumps({"type": "history", **page, **({"before": before} if before else {})})
+        # A few bytes ask for a page: the reply is what the frame costs.
+        self.frames.charge(_size(reply))
+        await self.send(text_data=reply)
+
+    async def _save_feedback(self, frame: dict[str, Any]) -> None:
+        turn_id = frame["turn_id"]
+        try:
+            await database_sync_to_async(feedback.save_feedback)(
+                self.visitor.hash, turn_id, frame["rating"], frame["comment"]
+            )
+        except feedback.NotFound:
+            await self._error(Code.NOT_FOUND, turn_id=turn_id)
+            return
+        await self.send_json({"type": "feedback.saved", "turn_id": turn_id})
+
+    async def _request_handoff(self, frame: dict[str, Any]) -> None:
+        """The visitor's "Talk to a person" (or their email, added to it)."""
+        try:
+            self.conversation_id, handoff = await handoffs.request_by_visitor(
+                self.visitor, self.conversation_id, frame["reason"], frame["email"]
+            )
+        except access.Refused:
+            await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
+            return
+        except LimitReached as limit:
+            await self._error(limit.code, limit.message(self.language))
+            return
+        except Exception:
+            logger.exception("could not take a request for a person")
+            await self._error(Code.SERVER_ERROR)
+            return
+        await self.send_json({"type": "handoff.saved", **handoff})
+
+    async def _start_turn(self, text: str) -> None:
+        try:
+            self.conversation_id = await turns.start(self.visitor, self.conversation_id, text, self.replacing)
+            self.replacing = None
+        except records.Busy:
+            await self._busy()
+            return
+        except turns.ShuttingDown:
+            await self._error(Code.UNAVAILABLE)
+            return
+        except access.Refused:
+            await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
+            return
+        except LimitReached as limit:
+            if limit.code == Code.CONVERSATION_FULL:
+                # The next message begins a new conversation (created with it:
+                # an empty one would be a conversation nobody had).
+                self.replacing, self.conversation_id = self.conversation_id, None
+            await self._error(limit.code, limit.message(self.language))
+            return
+        except Exception:
+            logger.exception("could not start a turn")
+            await self._error(Code.SERVER_ERROR)
+            return
+
+    async def _busy(self) -> None:
+        await self._error(Code.BUSY)
+
+    def _rearm_idle_timer(self) -> None:
+        """An idle socket holds memory and a slot of the visitor's; close it
+        after KOOKEE_IDLE_SOCKET_SECONDS without a frame or a running turn."""
+        if self.idle_timer:
+            self.idle_timer.cancel()
+        if self.visitor is None or settings.KOOKEE_IDLE_SOCKET_SECONDS <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        self.idle_timer = loop.call_later(settings.KOOKEE_IDLE_SOCKET_SECONDS, self._on_idle)
+
+    def _on_idle(self) -> None:
+        if self._turn_running():
+            return  # the turn's end rearms the timer
+        self.idle_timer = None
+        self.closing = asyncio.ensure_future(self.close(code=CLOSE_IDLE, reason="Idle."))
+
+    async def _forget_socket(self) -> None:
+        if self.idle_timer:
+            self.idle_timer.cancel()
+            self.idle_timer = None
+        if self.visitor is not None:
+            limits.sockets.close(self.visitor)
+            self.visitor = None
+        if self.joined is not None:
+            # The last tab of a visitor to leave starts their turn's grace period.
+            await hub.current().leave(self, self.joined)
+            self.joined = None
+
+    async def _stop_turn(self) -> None:
+        """Stops the conversation's running turn, wherever it runs; when it
+        runs here, waits until it is saved and billed."""
+        task = await hub.current().stop(self, self.joined)
+        if task is None or task.done():
+            return
+        done, _ = await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
+        if not done:
+            logger.error("turn task did not end within %ss of its cancellation", CANCEL_WAIT_SECONDS)
+
+    def _turn_running(self) -> bool:
+        return hub.current().running(self.joined)
+
+    async def send_json(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=fastjson.dumps(frame))
+
+    async def _error(self, code: str, message: str | None = None, **fields: Any) -> None:
+        """An `error` frame: the code's message from the catalogue
+        (chat/errors.py) unless a more precise one is given."""
+        with translation.override(self.language):
+            text = str(message) if message is not None else errors.message(code)
+        await self.send_json({"type": "error", "code": code, "message": text, **fields})
+
+
+def _size(text: str) -> int:
+    """Bytes, as they cross the wire."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None, tuple[int, str] | None] | None:
+    """The visitor, their conversation (None before their first message) and
+    their running turn, if any (see records.running_turn):
+    by the widget's token when one is presented (the embed page), else by the
+    session cookie (the chat page). None: no live session. Raises Refused
+    for a token that is no good (forged, idle, revoked) or a revoked session."""
+    tokens = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+    if tokens:
+        visitor = access.visitor_for_token(tokens[0])
+        if visitor is None:
+            raise access.Refused
+    else:
+        visitor = access.visitor_for_session(scope["session"])
+    if visitor is None:
+        return None
+    running = records.running_turn(visitor)
+    page = _source_page(scope) if tokens else ""
+    return Visitor.of(visitor, _client_address(scope), page), access.conversation_of(visitor), running
+
+
+def _source_page(scope: dict[str, Any]) -> str:
+    """The page of a customer's site that embeds the widget, as the widget's
+    script tells it (static/chat/widget.js): kept as origin and path (a query
+    string can carry anything), and only from a site allowed to embed it."""
+    pages = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("page")
+    return embed.source_page(pages[0]) if pages else ""
+
+
+def _language(scope: dict[str, Any]) -> str:
+    """The visitor's language, from their browser's Accept-Language, as
+    Django's LocaleMiddleware chooses for the page."""
+    header = dict(scope.get("headers", [])).get(b"accept-language", b"").decode("latin-1")
+    for code, _quality in translation.trans_real.parse_accept_lang_header(header):
+        if code == "*":
+            break
+        try:
+            return translation.get_supported_language_variant(code)
+        except LookupError:
+            continue
+    return settings.LANGUAGE_CODE
+
+
+def _client_address(scope: dict[str, Any]) -> str | None:
+    client = scope.get("client")
+    forwarded = dict(scope.get("headers", [])).get(b"x-forwarded-for", b"").decode("latin-1")
+    return visitors.client_address(client[0] if client else None, forwarded)
+
+
+def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    """Validates a client frame; returns it, or an error code and message."""
+    if text_data is None:
+        return {}, (Code.BAD_FRAME, _("Frames must be JSON text, not binary."))
+    try:
+        frame = fastjson.loads(text_data)
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+        return {}, (Code.BAD_JSON, _("The frame is not valid JSON."))
+    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+        return {}, (Code.BAD_FRAME, _('A frame is a JSON object with a "type".'))
+    if frame["type"] in ("stop", "forget"):
+        return frame, None
+    if frame["type"] == "history":
+        before = frame.get("before")
+        if before is not None and (type(before) is not int or before < 1):
+            return {}, (Code.BAD_FRAME, _('"before" must be a turn id.'))
+        return frame, None
+    if frame["type"] == "feedback":
+        return _parse_feedback(frame)
+    if frame["type"] == "handoff":
+        return _parse_handoff(frame)
+    if frame["type"] != "message":
+        return {}, (Code.UNKNOWN_TYPE, _("Unknown frame type %(type)r.") % {"type": frame["type"][:40]})
+    text = frame.get("text")
+    if not isinstance(text, str) or not text.strip():
+        return {}, (Code.BAD_TEXT, _('"text" must be a non-empty string.'))
+    if len(text) > settings.KOOKEE_MAX_MESSAGE_CHARS:
+        return {}, (
+            Code.TOO_LONG,
+            _("Messages are limited to %(limit)s characters.") % {"limit": settings.KOOKEE_MAX_MESSAGE_CHARS},
+        )
+    return {**frame, "text": storable(text)}, None
+
+
+FEEDBACK_COMMENT_CHARS = 1000
+RATINGS = ("up", "down")
+
+
+def _parse_feedback(frame: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    turn_id, rating, comment = frame.get("turn_id"), frame.get("rating"), frame.get("comment", "")
+    if type(turn_id) is not int or turn_id < 1:
+        return {}, (Code.BAD_FEEDBACK, _('"turn_id" must be the id of one of your answers.'))
+    if rating not in RATINGS:
+        return {}, (Code.BAD_FEEDBACK, _('"rating" must be "up" or "down".'))
+    if comment is None:
+        comment = ""
+    if not isinstance(comment, str):
+        return {}, (Code.BAD_FEEDBACK, _('"comment" must be text.'))
+    if len(comment) > FEEDBACK_COMMENT_CHARS:
+        return {}, (
+            Code.BAD_FEEDBACK,
+            _("Comments are limited to %(limit)s characters.") % {"limit": FEEDBACK_COMMENT_CHARS},
+        )
+    return {"type": "feedback", "turn_id": turn_id, "rating": rating, "comment": storable(comment.strip())}, None
+
+
+def _parse_handoff(frame: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
+    reason, email = frame.get("reason", ""), frame.get("email", "")
+    reason = "" if reason is None else reason
+    email = "" if email is None else email
+    if not isinstance(reason, str) or len(reason) > handoffs.REASON_CHARS:
+        return {}, (Code.BAD_HANDOFF, _("Say why in at most %(limit)s characters.") % {"limit": handoffs.REASON_CHARS})
+    if not isinstance(email, str):
+        return {}, (Code.BAD_HANDOFF, _("That email address is not valid."))
+    email = email.strip()
+    # validate_email takes up to 320 characters; Handoff.email holds 254.
+    if len(email) > 254:
+        return {}, (Code.BAD_HANDOFF, _("That email address is not valid."))
+    if email:
+        try:
+            validate_email(email)
+        except ValidationError:
+            return {}, (Code.BAD_HANDOFF, _("That email address is not valid."))
+    return {"type": "handoff", "reason": storable(reason.strip()), "email": email}, None

@@ -1,0 +1,366 @@
+"""The built-in offline model: a small, deterministic help-center assistant
+that speaks the Chat Completions streaming wire format.
+
+It is served through an in-process httpx2 transport, so the app talks to it
+with the same `openai` client code, SSE parsing and stream closing as to a
+real provider. Greetings and "what can you do?" get a direct answer in one
+round; help questions get a sentence of narration and a
+`search_help_center` call (two in parallel for a two-part question), then an
+answer built from the articles the search returned, citing them. When the
+search finds no good match it says the help center does not cover it and
+offers a person; asked for a person (or saying yes to that offer), it calls
+`request_human`. It speaks Portuguese to a visitor who writes Portuguese.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+
+from chat.vocabulary import HANDOFF_TOOL, SEARCH_TOOL
+from helpcenter import search
+
+GREETING = re.compile(
+    r"^\s*(hi|hello|hey|hiya|howdy|yo|good (morning|afternoon|evening)|thanks?|thank you|ok|okay)\b"
+    r"[\s!.,?]*\w{0,10}[\s!.?]*$",
+    re.IGNORECASE,
+)
+PORTUGUESE_GREETING = re.compile(
+    r"^\s*(oi+|ol[aá]|e a[ií]|opa|bom dia|boa tarde|boa noite|obrigad[oa]|valeu|tudo bem)\b"
+    r"[\s!.,?]*(tudo bem|td bem|\w{0,10})[\s!.?]*$",
+    re.IGNORECASE,
+)
+CAPABILITIES = re.compile(
+    r"what (can|do) you do|who are you|what are you|how can you help|what can i ask"
+    r"|o que (voc[eê]|vc) (faz|pode fazer)|quem [eé] (voc[eê]|vc)|como (voc[eê]|vc) pode ajudar",
+    re.IGNORECASE,
+)
+# Asking for a person, in English or Portuguese (matched without accents):
+# explicit words about a person, not any sentence that says "human" or "support".
+PERSON = re.compile(
+    r"\b(talk|speak|chat)\s+(to|with)\s+(a\s+|an\s+|some\s+|your\s+|a\s+real\s+|a\s+live\s+)?"
+    r"(person|human|agent|someone|somebody|representative|support\s+team|people)\b"
+    r"|\b(real|live)\s+(person|human|agent)\b|\bhuman\s+(agent|being|support)\b"
+    r"|\b(connect|transfer)\s+me\s+to\b"
+    r"|\bfalar\s+com\s+(um\s+|uma\s+|o\s+|a\s+)?(pessoa|humano|atendente|alguem|suporte|equipe)\b"
+    r"|\batendimento\s+humano\b|\bum\s+atendente\b",
+    re.IGNORECASE,
+)
+# Yes to the offer of a person: a reply of yes-words only, not a new question.
+YES_WORDS = frozenset(
+    "yes yeah yep sure ok okay please do it go ahead thanks thank you sim pode ser quero por favor claro "
+    "obrigado obrigada".split()
+)
+# Words that English almost never uses, and Portuguese often does.
+PORTUGUESE_WORDS = frozenset(
+    "não nao você voce vocês como posso pode para uma meu minha meus está esta é são qual quero "
+    "preciso onde quando porque isso fazer tem obrigado obrigada olá ola com que eu um do da dos das "
+    "em sobre consigo tenho pagar".split()
+)
+
+GREETING_ANSWER = (
+    "Hi! I'm Kookee's help-center assistant. Ask me anything about feedback boards, "
+    "the roadmap, the changelog, the widget, billing or your account, and I'll find the answer."
+)
+CAPABILITIES_ANSWER = (
+    "I answer questions about Kookee from its help center. For example:\n\n"
+    "- installing the feedback widget on your site\n"
+    "- setting up boards, the roadmap and the changelog\n"
+    "- plans, invoices and billing\n"
+    "- SSO, API keys, data export and privacy\n\n"
+    "Ask away, and I'll search the help center and cite the articles I use."
+)
+NO_TOOLS_ANSWER = (
+    "I can only answer from the help center, and I couldn't search it this time. "
+    "Could you ask again, perhaps in other words?"
+)
+# A person is offered with this sentence; "yes" to it asks for one.
+OFFER = {
+    "en": "I can put you in touch with a person from our support team: just say so, or press “Talk to a person”.",
+    "pt": "Posso chamar uma pessoa da nossa equipe de suporte: é só pedir, ou tocar em “Falar com uma pessoa”.",
+}
+SAID = {
+    "en": {
+        "greeting": GREETING_ANSWER,
+        "not_covered": "The help center doesn't cover that, as far as I can find.",
+        "narration": "Let me search the help center for that.",
+        "two_questions": "That's two questions; let me look both up in the help center.",
+        "found": "Here's what the help center says:",
+        "handing_over": "Let me ask a person from our support team to help you.",
+        "handed_over": (
+            "Done: our support team has your request and can read this conversation. "
+            "A person will get back to you; leave your email in the form below if you'd like a reply by email."
+        ),
+    },
+    "pt": {
+        "greeting": (
+            "Olá! Sou o assistente da central de ajuda da Kookee. Pergunte o que quiser sobre quadros de feedback, "
+            "roadmap, changelog, o widget, cobrança ou a sua conta, e eu encontro a resposta."
+        ),
+        "not_covered": "A central de ajuda não fala sobre isso, até onde consegui encontrar.",
+        "narration": "Vou procurar isso na central de ajuda.",
+        "two_questions": "São duas perguntas; vou procurar as duas na central de ajuda.",
+        "found": "Veja o que diz a central de ajuda (em inglês):",
+        "handing_over": "Vou pedir a uma pessoa da nossa equipe de suporte que ajude você.",
+        "handed_over": (
+            "Pronto: nossa equipe de suporte recebeu o seu pedido e pode ler esta conversa. "
+            "Uma pessoa vai responder; deixe seu e-mail no formulário abaixo se quiser a resposta por e-mail."
+        ),
+    },
+}
+
+
+class OfflineTransport(httpx2.AsyncBaseTransport):
+    """Answers POST .../chat/completions with a paced SSE stream."""
+
+    def __init__(self, tokens_per_second: float = 40.0, first_token_delay: float = 0.3) -> None:
+        self.tokens_per_second = tokens_per_second
+        self.first_token_delay = first_token_delay
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if not request.url.path.endswith("/chat/completions"):
+            return httpx2.Response(404, json={"error": {"message": "not found"}})
+        body = json.loads(await request.aread())
+        if not body.get("stream"):
+            return httpx2.Response(400, json={"error": {"message": "only streaming is served"}})
+        offered = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+        reply = respond(body.get("messages") or [], offered, body.get("tool_choice"))
+        stream = _SSEStream(
+            _events(body, reply),
+            delay=1 / self.tokens_per_second if self.tokens_per_second > 0 else 0,
+            first_delay=self.first_token_delay,
+        )
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+
+
+class Reply:
+    """What the model says in one round: text, then maybe tool calls
+    (searches for `queries`, a request for a person with `handoff`)."""
+
+    def __init__(self, text: str, queries: list[str] | None = None, handoff: str | None = None) -> None:
+        self.text = text
+        self.queries = queries or []
+        self.handoff = handoff
+
+
+def respond(messages: list[dict[str, Any]], tools: list[str], tool_choice: Any) -> Reply:
+    """Decides one round's reply from the conversation so far; `tools`:
+    the names of the tools offered."""
+    last = messages[-1] if messages else {}
+    question = _last_question(messages)
+    said = SAID[_language(question)]
+    if last.get("role") == "tool":
+        return Reply(_answer_from_results(messages, said))
+    can_hand_over = HANDOFF_TOOL in tools and tool_choice != "none"
+    if can_hand_over and PERSON.search(search.folded(question)):
+        return Reply(said["handing_over"], handoff=question)
+    if can_hand_over and _yes(question) and _offered(messages):
+        # The reason is what the help center could not answer, not "yes".
+        return Reply(said["handing_over"], handoff=_last_question(messages[:-1]) or question)
+    if GREETING.match(question):
+        return Reply(GREETING_ANSWER)
+    if PORTUGUESE_GREETING.match(question):
+        return Reply(SAID["pt"]["greeting"])
+    if CAPABILITIES.search(question):
+        return Reply(CAPABILITIES_ANSWER)
+    if tool_choice == "none" or SEARCH_TOOL not in tools:
+        return Reply(NO_TOOLS_ANSWER)
+    queries = [_in_english(q) if _language(q) == "pt" else q for q in _split_question(question)]
+    return Reply(said["two_questions"] if len(queries) > 1 else said["narration"], queries)
+
+
+def _last_question(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return str(message.get("content") or "").strip()
+    return ""
+
+
+def _language(text: str) -> str:
+    words = re.findall(r"\w+", text.lower())
+    if PORTUGUESE_GREETING.match(text) or re.search(r"[ãõç]", text.lower()):
+        return "pt"
+    return "pt" if sum(word in PORTUGUESE_WORDS for word in words) >= 2 else "en"
+
+
+def _yes(question: str) -> bool:
+    words = re.findall(r"\w+", search.folded(question))
+    return bool(words) and all(word in YES_WORDS for word in words)
+
+
+def _offered(messages: list[dict[str, Any]]) -> bool:
+    """Whether the answer before the visitor's latest message offered a person."""
+    assistant = [m for m in messages[:-1] if m.get("role") == "assistant" and m.get("content")]
+    return bool(assistant) and any(offer in str(assistant[-1]["content"]) for offer in OFFER.values())
+
+
+# The help center is in English: a Portuguese question is searched with
+# the English words of its subject, as a real model is asked to (chat/engine/prompt.py).
+# Enough of the help center's vocabulary for the demo, keyed without accents.
+ENGLISH = {
+    "cancelar": "cancel",
+    "cancelamento": "cancel",
+    "assinatura": "subscription",
+    "plano": "plan",
+    "planos": "plans",
+    "preco": "price",
+    "precos": "pricing",
+    "custa": "cost",
+    "custo": "cost",
+    "fatura": "invoice",
+    "faturas": "invoices",
+    "recibo": "receipt",
+    "recibos": "receipts",
+    "reembolso": "refund",
+    "estorno": "refund",
+    "exportar": "export",
+    "dados": "data",
+    "excluir": "delete",
+    "apagar": "delete",
+    "deletar": "delete",
+    "conta": "account",
+    "senha": "password",
+    "quadro": "board",
+    "quadros": "boards",
+    "voto": "vote",
+    "votos": "votes",
+    "votar": "vote",
+    "ideia": "idea",
+    "ideias": "ideas",
+    "instalar": "install",
+    "site": "website",
+    "cor": "color",
+    "cores": "colors",
+    "botao": "button",
+    "equipe": "team",
+    "membros": "members",
+    "usuarios": "users",
+    "chave": "key",
+    "chaves": "keys",
+    "limite": "limit",
+    "limites": "limits",
+    "integracao": "integration",
+    "integracoes": "integrations",
+    "dominio": "domain",
+    "notificacoes": "notifications",
+    "privacidade": "privacy",
+    "importar": "import",
+    "pagar": "pay",
+    "pagamento": "payment",
+    "cartao": "card",
+    "desconto": "discount",
+    "atualizar": "upgrade",
+    "rebaixar": "downgrade",
+    "autenticacao": "authentication",
+    "resumos": "summaries",
+    "status": "statuses",
+}
+
+
+def _in_english(question: str) -> str:
+    """A Portuguese question as the English words of its subject; words it
+    does not know (names: Slack, bitcoin, CSV) are kept."""
+    words = re.findall(r"\w+", search.folded(question))
+    return " ".join(ENGLISH.get(word, word) for word in words)
+
+
+def _split_question(question: str) -> list[str]:
+    parts = [p.strip() for p in re.split(r"\?+", question) if len(p.split()) >= 3]
+    return parts[:2] if len(parts) >= 2 else [question]
+
+
+def _answer_from_results(messages: list[dict[str, Any]], said: dict[str, str]) -> str:
+    results = []
+    for message in reversed(messages):
+        if message.get("role") != "tool":
+            break
+        results.insert(0, _parse(message.get("content")))
+    if any(r.get("requested") for r in results):
+        return said["handed_over"]
+    found = [r["articles"][0] for r in results if r.get("articles")]
+    if not found:
+        # No good match (or a failed search): say so rather than quote the
+        # closest article, and offer a person.
+        language = "pt" if said is SAID["pt"] else "en"
+        return f"{said['not_covered']} {OFFER[language]}"
+    # Cite inline, as the system prompt asks: the page lists the articles an
+    # answer links to as its sources.
+    paragraphs = [f"**[{a['title']}]({a['url']})**: {a['snippet']}" for a in found]
+    return "\n\n".join([said["found"], *paragraphs])
+
+
+def _parse(content: Any) -> dict[str, Any]:
+    try:
+        parsed = json.loads(content) if isinstance(content, str) else content
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _events(body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    """The chunks of one streamed round, shaped like OpenAI's."""
+    base = {
+        "id": f"chatcmpl-offline-{abs(hash(json.dumps(body, sort_keys=True))) % 10**12}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": body.get("model", "kookee-offline"),
+    }
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        return {**base, "choices": [choice]}
+
+    pieces = re.findall(r"\s*\S+", reply.text)
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": piece}) for piece in pieces]
+    output_tokens = len(pieces)
+    calls = [(SEARCH_TOOL, {"query": query}) for query in reply.queries]
+    if reply.handoff is not None:
+        calls.append((HANDOFF_TOOL, {"reason": reply.handoff}))
+    for index, (name, arguments) in enumerate(calls):
+        encoded = json.dumps(arguments)
+        fragments = [encoded[i : i + 12] for i in range(0, len(encoded), 12)]
+        first = {"index": index, "id": f"call_offline_{index}", "type": "function"}
+        events.append(chunk({"tool_calls": [{**first, "function": {"name": name, "arguments": ""}}]}))
+        events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": f}}]}) for f in fragments]
+        output_tokens += len(fragments) + 1
+    events.append(chunk({}, "tool_calls" if calls else "stop"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        # As providers count: the messages and the tool definitions.
+        prompt = json.dumps(body.get("messages")) + json.dumps(body.get("tools") or [])
+        prompt_tokens = math.ceil(len(prompt) / 4)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": output_tokens,
+            "total_tokens": prompt_tokens + output_tokens,
+        }
+        events.append({**base, "choices": [], "usage": usage})
+    return events
+
+
+class _SSEStream(httpx2.AsyncByteStream):
+    def __init__(self, events: list[dict[str, Any]], delay: float, first_delay: float) -> None:
+        self.events = events
+        self.delay = delay
+        self.first_delay = first_delay
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        await asyncio.sleep(self.first_delay)
+        for number, event in enumerate(self.events):
+            if self.closed:
+                return  # the client hung up: stop generating
+            if number > 1:
+                await asyncio.sleep(self.delay)
+            yield f"data: {json.dumps(event)}\n\n".encode()
+        yield b"data: [DONE]\n\n"
+
+    async def aclose(self) -> None:
+        self.closed = True

@@ -1,0 +1,319 @@
+"""The one module that talks to the model provider, through the official
+`openai` client: any OpenAI-compatible Chat Completions endpoint, or the
+built-in offline model when neither a key nor a base URL is configured.
+
+The request goes through the client (its connection pool, headers, status
+errors), but the answer's server-sent events are read here, as plain dicts:
+the client's typed request check and per-chunk pydantic models cost several
+milliseconds a round and most of the CPU spent per token, and the round loop
+reads dicts anyway. Every chunk that arrived in one network read is handed
+on as one batch, so a visitor gets one frame for text that came together.
+
+Provider faults become `StreamError`s with a stable code. A request refused
+before its stream starts (429, 5xx, connection failure) is retried with
+backoff: nothing of it reached the visitor, so nothing can be repeated. Once
+a stream has started it is never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import re
+import weakref
+from typing import Any
+
+import httpx2
+import openai
+from django.conf import settings
+
+from chat.engine import fastjson, sse, transport
+from chat.engine.offline import OfflineTransport
+from chat.engine.rounds import StreamError, describe
+from chat.ops import metrics
+from chat.vocabulary import Code
+
+logger = logging.getLogger("kookee.provider")
+
+OFFLINE_BASE_URL = "http://offline.kookee.invalid/v1"
+RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}  # and any other 5xx
+MAX_RETRY_AFTER_SECONDS = 10.0
+DRAIN_SECONDS = 1.0  # at most this long to read what follows [DONE]
+JSON: dict[str, Any] = {"headers": {"Content-Type": "application/json"}}
+CONNECTION_LIMITS = httpx2.Limits(max_connections=2000, max_keepalive_connections=2000, keepalive_expiry=30)
+# The shape of the `type` and `code` of a provider's JSON error body: their
+# own vocabulary, fit for the log. Its `message` is free text and can quote
+# the prompt, the visitor's words.
+ERROR_CODE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+
+# One client per event loop: its connection pool belongs to the loop that
+# opened it (daphne has one; each async test has its own).
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[tuple, openai.AsyncOpenAI]]
+_clients = weakref.WeakKeyDictionary()
+
+
+def is_offline() -> bool:
+    return not (settings.OPENAI_API_KEY or settings.OPENAI_BASE_URL)
+
+
+def provider_name() -> str:
+    """gen_ai.provider.name: the offline model's name, else openai (any compatible endpoint)."""
+    return settings.KOOKEE_OFFLINE_MODEL if is_offline() else "openai"
+
+
+metrics.name_provider(provider_name)
+
+
+def model_name() -> str:
+    return settings.KOOKEE_OFFLINE_MODEL if is_offline() else settings.OPENAI_MODEL
+
+
+async def open_stream(
+    *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tool_choice: str
+) -> Stream:
+    """Starts one streamed model call. The caller must close the stream."""
+    body: dict[str, Any] = {
+        "model": model_name(),
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if tools:
+        body |= {"tools": tools, "tool_choice": tool_choice}
+    body[_limit_parameter()] = settings.KOOKEE_MAX_OUTPUT_TOKENS
+    encoded = fastjson.dumps(body).encode()  # once, for every attempt
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT
+    for attempt in range(settings.KOOKEE_PROVIDER_RETRIES + 1):
+        try:
+            async with asyncio.timeout_at(deadline):
+                # The client's documented way to a raw, unread response; a
+                # status >= 400 still raises its APIStatusError.
+                response = await _client().post(
+                    "/chat/completions", cast_to=httpx2.Response, content=encoded, options=JSON, stream=True
+                )
+            return Stream(response, deadline)
+        except TimeoutError:
+            raise StreamError(Code.PROVIDER_TIMEOUT, "no answer before the first-token timeout") from None
+        except openai.APIError as exc:
+            # Not chained to exc: a traceback would print its message, the
+            # provider's body. The error's detail keeps it, for the turn.
+            error = _refusal(exc)
+            if not _retryable(exc) or attempt == settings.KOOKEE_PROVIDER_RETRIES:
+                raise error from None
+            delay = _backoff(exc, attempt)
+            if loop.time() + delay >= deadline:
+                raise error from None
+            logger.warning("provider refused (%s), retry %s in %.2fs", _loggable(exc, error), attempt + 1, delay)
+            await asyncio.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _limit_parameter() -> str:
+    # OpenAI's newer models only take max_completion_tokens; many compatible
+    # servers only know max_tokens. "auto" guesses from the base URL.
+    if settings.KOOKEE_MAX_TOKENS_PARAMETER != "auto":
+        return settings.KOOKEE_MAX_TOKENS_PARAMETER
+    return "max_tokens" if settings.OPENAI_BASE_URL else "max_completion_tokens"
+
+
+class Stream:
+    """A streamed answer, read with the first-token and stall timeouts. Each
+    step yields the chunks (decoded JSON) that arrived together, at least
+    one; provider faults become StreamErrors. `async with` closes it."""
+
+    def __init__(self, response: httpx2.Response, first_chunk_deadline: float) -> None:
+        self._response = response
+        self._bytes = response.aiter_bytes()
+        self._events = sse.EventParser()
+        self._deadline: float | None = first_chunk_deadline
+        self._done = False
+        self._finished = False  # [DONE] came
+        # A fault that came in the same read as good chunks: raised after them.
+        self._fault: StreamError | None = None
+
+    async def __aenter__(self) -> Stream:
+        return self
+
+    async def __aexit__(self, exc_type: Any, *exc_info: Any) -> None:
+        try:
+            if self._finished and exc_type is None:
+                # The rest of a finished answer (its end of body) is read, so
+                # that the connection goes back to the pool for the next round
+                # instead of being closed; never after a Stop.
+                async with asyncio.timeout(DRAIN_SECONDS):
+                    async for _ in self._bytes:
+                        pass
+        except (TimeoutError, httpx2.HTTPError):
+            pass
+        finally:
+            await self._response.aclose()
+
+    def __aiter__(self) -> Stream:
+        return self
+
+    async def __anext__(self) -> list[Any]:
+        if self._fault is not None:
+            raise self._fault
+        while not self._done:
+            chunks = self._decode(await self._read())
+            if chunks:
+                if self._deadline is not None and any(sse.says_something(c) for c in chunks):
+                    self._deadline = None  # from here on, the stall timeout applies
+                return chunks
+        raise StopAsyncIteration
+
+    async def _read(self) -> bytes:
+        first = self._deadline is not None
+        deadline = self._deadline or asyncio.get_running_loop().time() + settings.KOOKEE_PROVIDER_STALL_TIMEOUT
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await anext(self._bytes)
+        except StopAsyncIteration:
+            self._done = True
+            return b""
+        except TimeoutError:
+            if first:
+                raise StreamError(Code.PROVIDER_TIMEOUT, "no answer before the first-token timeout") from None
+            raise StreamError(Code.PROVIDER_STALLED, "the stream stalled between two chunks") from None
+        except (httpx2.HTTPError, openai.APIError) as exc:
+            raise StreamError(Code.PROVIDER_ERROR, describe(exc)) from None
+
+    def _decode(self, data: bytes) -> list[Any]:
+        """The chunks in these bytes. A fault among them is raised once the
+        chunks before it are handed on: what arrived whole is not lost."""
+        chunks: list[Any] = []
+        try:
+            try:
+                events = self._events.feed(data)
+            except UnicodeDecodeError as exc:
+                raise StreamError(Code.BAD_STREAM, f"the stream is not UTF-8: {exc}") from None
+            for event in events:
+                if event.startswith("[DONE]"):
+                    # Anything after it is ignored; the response is closed on exit.
+                    self._done = self._finished = True
+                    break
+                chunks.append(sse.chunk(event))
+        except StreamError as fault:
+            if not chunks:
+                raise
+            self._fault = fault
+        return chunks
+
+
+def _refusal(exc: openai.APIError) -> StreamError:
+    """The error for a request that failed before its stream started: the
+    provider generated nothing, so nothing is billed for it."""
+    detail = describe(exc)
+    if isinstance(exc, openai.APITimeoutError):
+        return StreamError(Code.PROVIDER_TIMEOUT, detail, billable=False)
+    if isinstance(exc, openai.APIConnectionError):
+        return StreamError(Code.PROVIDER_UNREACHABLE, detail, billable=False)
+    status = getattr(exc, "status_code", None)
+    if status == 429:
+        return StreamError(Code.PROVIDER_RATE_LIMITED, detail, billable=False)
+    if _retryable_status(status):
+        return StreamError(Code.PROVIDER_UNAVAILABLE, detail, billable=False)
+    return StreamError(Code.PROVIDER_REJECTED, detail, billable=False)
+
+
+def _retryable(exc: openai.APIError) -> bool:
+    if isinstance(exc, openai.APIConnectionError):
+        return True
+    return _retryable_status(getattr(exc, "status_code", None))
+
+
+def _retryable_status(status: object) -> bool:
+    return status in RETRYABLE_STATUSES or (isinstance(status, int) and status >= 500)
+
+
+def _backoff(exc: openai.APIError, attempt: int) -> float:
+    response = getattr(exc, "response", None)
+    retry_after = response.headers.get("retry-after") if response is not None else None
+    try:
+        if retry_after is not None:
+            return min(max(float(retry_after), 0.0), MAX_RETRY_AFTER_SECONDS)
+    except ValueError:
+        pass  # an HTTP date: fall back on our own backoff
+    return settings.KOOKEE_PROVIDER_BACKOFF_SECONDS * 2**attempt
+
+
+def _loggable(exc: openai.APIError, error: StreamError) -> str:
+    """What the log may say of a refusal: our code, the status, the body's
+    own codes; of the detail, which can quote the visitor, only a fingerprint."""
+    parts = [error.code, type(exc).__name__]
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        parts.append(f"HTTP {status}")
+    for field in ("type", "code"):
+        value = getattr(exc, field, None)
+        if isinstance(value, str) and ERROR_CODE.fullmatch(value):
+            parts.append(f"{field}={value}")
+    parts.append(f"detail {_fingerprint(error.detail)}")
+    return ", ".join(parts)
+
+
+def _fingerprint(text: str) -> str:
+    """Tells texts apart in the log without saying them: their length and a
+    short hash, keyed (a plain hash of a short text confirms a guess of it)."""
+    digest = hmac.new(settings.SECRET_KEY.encode(), text.encode(), hashlib.sha256).hexdigest()
+    return f"{len(text)} chars #{digest[:12]}"
+
+
+def _client() -> openai.AsyncOpenAI:
+    loop = asyncio.get_running_loop()
+    config = _config()
+    cached = _clients.get(loop)
+    if cached is not None and cached[0] == config:
+        return cached[1]
+    client = _make_client()
+    _clients[loop] = (config, client)
+    return client
+
+
+def _config() -> tuple:
+    return (
+        settings.OPENAI_API_KEY,
+        settings.OPENAI_BASE_URL,
+        settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
+        settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT,
+        settings.KOOKEE_PROVIDER_STALL_TIMEOUT,
+        settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND,
+        settings.KOOKEE_OFFLINE_FIRST_TOKEN_MS,
+    )
+
+
+def _make_client() -> openai.AsyncOpenAI:
+    # Reads are bounded by the first-token and stall timeouts above; httpx's
+    # own read timeout is only a backstop.
+    timeout = httpx2.Timeout(
+        connect=settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
+        read=max(settings.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT, settings.KOOKEE_PROVIDER_STALL_TIMEOUT) + 5,
+        write=settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
+        pool=settings.KOOKEE_PROVIDER_CONNECT_TIMEOUT,
+    )
+    if is_offline():
+        offline = OfflineTransport(
+            tokens_per_second=settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND,
+            first_token_delay=settings.KOOKEE_OFFLINE_FIRST_TOKEN_MS / 1000,
+        )
+        return openai.AsyncOpenAI(
+            api_key="offline",
+            base_url=OFFLINE_BASE_URL,
+            max_retries=0,
+            http_client=httpx2.AsyncClient(transport=offline, timeout=timeout),
+        )
+    # One connection per concurrent stream, kept for the next round: a new
+    # TLS connection per model call costs more than the call's tokens.
+    http_client = httpx2.AsyncClient(timeout=timeout, limits=CONNECTION_LIMITS, follow_redirects=True)
+    transport.install(http_client)
+    return openai.AsyncOpenAI(
+        # Local servers (Ollama, vLLM, llama.cpp) take any key.
+        api_key=settings.OPENAI_API_KEY or "not-needed",
+        base_url=settings.OPENAI_BASE_URL or None,
+        timeout=timeout,
+        max_retries=0,  # retried above, only before the stream starts
+        http_client=http_client,
+    )

@@ -1,0 +1,392 @@
+"""A turn's records: started (conversation, budget hold), its rounds as
+generations, checkpoints while it runs, and its end (text, status, one
+ledger entry), or the sweeper's end for a turn a lost process left."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Prefetch, Sum
+from django.utils import timezone
+
+from billing import calibration
+from billing.models import LedgerEntry
+from billing.services import bill_once
+from chat.engine import frames, prompt
+from chat.engine.rounds import Ratios, Round, prompt_tokens
+from chat.models import Generation, ToolCall, Turn
+from chat.sources import search_results, used_articles
+from chat.support import searches
+from chat.text import storable
+from chat.visitors import access, limits
+from chat.visitors.identity import Visitor
+from chat.visitors.limits import LimitReached, check_turn_allowed
+
+logger = logging.getLogger("kookee.generations")
+search_log = logging.getLogger("kookee.searches")
+# Starting over and erasure: ids only, never a key, a hash or any text.
+privacy_log = logging.getLogger("kookee.privacy")
+
+
+ACTIVITY_RESOLUTION = timedelta(minutes=1)
+
+
+class Busy(Exception):
+    """The conversation has a turn running already (on any process)."""
+
+
+class Started(NamedTuple):
+    conversation_id: int
+    turn_id: int
+    messages: list[dict[str, Any]]  # for the first round
+    budget: dict[str, Any]  # what it holds in the daily budgets (Turn.budget)
+
+
+def start_turn(
+    visitor: Visitor,
+    conversation_id: int | None,
+    user_text: str,
+    model: str,
+    owner: str = "",
+    replacing: int | None = None,
+    tool_chars: int = 0,
+) -> Started:
+    """Creates the turn (and, at the visitor's first message, their
+    conversation). `owner` is the channel of the process
+    that runs it. `replacing`: a full conversation, which the turn starts
+    a new one after (see access.conversation_for). The turn holds its first
+    round's worst case in the daily budgets (its prompt, estimated with
+    the tool definitions' `tool_chars`, and the most it may write).
+
+    Raises, creating nothing: Busy when a turn of the conversation runs
+    already, in any process; LimitReached when the visitor is over a limit;
+    access.Refused when their key no longer reaches the conversation.
+    """
+    # The model's learnt ratios, for estimating what the provider will not
+    # report (a query a minute at most, outside the turn's transaction).
+    calibration.load(model)
+    # The system prompt names the help center's articles: read (and the
+    # search index rebuilt, when due) before the turn's transaction, which
+    # locks the visitor's budgets.
+    system = prompt.system_prompt()
+    try:
+        return _start_turn(visitor, conversation_id, user_text, model, owner, replacing, tool_chars, system)
+    except IntegrityError:
+        # The database holds one streaming turn per conversation: checking
+        # first would cost every turn a query, to tell what the insert tells.
+        if Turn.objects.filter(conversation__visitor_hash=visitor.hash, status=Turn.Status.STREAMING).exists():
+            raise Busy from None
+        raise
+
+
+@transaction.atomic
+def _start_turn(
+    visitor: Visitor,
+    conversation_id: int | None,
+    user_text: str,
+    model: str,
+    owner: str,
+    replacing: int | None,
+    tool_chars: int,
+    system: str,
+) -> Started:
+    conversation = access.conversation_for(visitor, conversation_id, replacing)
+    check_turn_allowed(visitor, conversation.id)
+    earlier = list(
+        conversation.turns.order_by("-started_at", "-id").values_list("user_text", "assistant_text")[
+            : settings.KOOKEE_HISTORY_TURNS
+        ]
+    )
+    messages = prompt.messages(system, reversed(earlier), user_text)
+    worst = prompt_tokens(messages, tool_chars, Ratios(*calibration.ratios(model)))
+    # Last of the checks: it locks the budgets' rows until this commits.
+    budget = limits.reserve(visitor, worst + settings.KOOKEE_MAX_OUTPUT_TOKENS)
+    turn = Turn.objects.create(
+        conversation=conversation,
+        user_text=user_text,
+        model=model,
+        client_address=visitor.address,
+        client_network=visitor.network,
+        heartbeat_at=timezone.now(),
+        owner=owner,
+        budget=budget,
+    )
+    if conversation.updated_at < timezone.now() - ACTIVITY_RESOLUTION:
+        # Last activity is shown to the minute and idles widgets in days:
+        # turns back to back need not write it each time.
+        conversation.save(update_fields=["updated_at"])
+    return Started(conversation.id, turn.id, messages, budget)
+
+
+def running_turn(visitor: str) -> tuple[int, str] | None:
+    """The visitor's running turn, if any: its id and the channel of the
+    process that runs it."""
+    if not visitor:
+        return None
+    return (
+        Turn.objects.filter(conversation__visitor_hash=visitor, status=Turn.Status.STREAMING)
+        .values_list("id", "owner")
+        .first()
+    )
+
+
+def ended_frame(turn_id: int) -> frames.TurnEnded | None:
+    """A stored turn's `turn.ended` frame, for tabs that did not hear its end
+    from the process that ran it (it died); None while it runs."""
+    turn = (
+        Turn.objects.filter(pk=turn_id)
+        .exclude(status=Turn.Status.STREAMING)
+        .prefetch_related(
+            Prefetch("generations__tool_calls", queryset=ToolCall.objects.only("generation_id", "name", "result"))
+        )
+        .first()
+    )
+    if turn is None:
+        return None
+    generations = list(turn.generations.all())
+    calls = [call for g in generations for call in g.tool_calls.all()]
+    entry = LedgerEntry.objects.filter(turn_id=turn_id).first()
+    return frames.turn_ended(
+        turn.id,
+        turn.status,
+        len(generations),
+        _usage_of(entry) if entry else frames.usage(0, 0, estimated=True),
+        used_articles(turn.assistant_text, search_results(calls)),
+        reason=turn.stop_reason,
+        handoff=frames.handoff_requested(calls),
+    )
+
+
+def record_generation(turn_id: int, rnd: Round) -> None:
+    """Stores one model call and its tool calls; logs it. Called once per
+    round that is not the last (finish_turn records the rest)."""
+    usage = rnd.usage
+    # No savepoint inside finish_turn's transaction: its failure fails it all.
+    with transaction.atomic(savepoint=False):
+        generation = Generation.objects.create(
+            turn_id=turn_id,
+            round=rnd.number,
+            finish_reason=rnd.finish_reason,
+            input_tokens=usage.input_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            output_tokens=usage.output_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            usage_estimated=usage.estimated,
+            started_at=rnd.started_at,
+            first_delta_at=rnd.first_delta_at,
+            ended_at=rnd.ended_at or timezone.now(),
+        )
+        if rnd.tool_calls:
+            ToolCall.objects.bulk_create(
+                ToolCall(
+                    generation=generation,
+                    call_id=storable(call.call_id),
+                    name=storable(call.name),
+                    arguments=storable(call.arguments),
+                    result="" if call.result is None else json.dumps(call.result),
+                    error=storable(call.error),
+                )
+                for call in rnd.tool_calls
+            )
+    logger.info(
+        "generation turn=%s round=%s finish_reason=%s input_tokens=%s cached_input_tokens=%s "
+        "output_tokens=%s reasoning_tokens=%s estimated=%s tool_calls=%s ttfd_ms=%s duration_ms=%s",
+        turn_id,
+        rnd.number,
+        rnd.finish_reason or "-",
+        usage.input_tokens,
+        usage.cached_input_tokens,
+        usage.output_tokens,
+        usage.reasoning_tokens,
+        usage.estimated,
+        len(rnd.tool_calls),
+        _ms(rnd.started_at, rnd.first_delta_at),
+        _ms(rnd.started_at, generation.ended_at),
+    )
+
+
+def end_round(turn_id: int, rnd: Round, budget: dict[str, Any], hold: int) -> tuple[dict[str, Any], str]:
+    """A round that called tools has ended, and another follows: records it,
+    and grows the turn's hold in the daily budgets (`budget`) to `hold`
+    (what it spent and the next round's worst case: limits.top_up). Returns
+    the hold, and "" or the code of a budget that cannot take it; the round
+    is recorded either way."""
+    with transaction.atomic():
+        record_generation(turn_id, rnd)
+        try:
+            with transaction.atomic():
+                grown = limits.top_up(budget, hold)
+                streaming = Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING)
+                if grown is not budget and not streaming.update(budget=grown):
+                    # Closed meanwhile by a sweeper (a stalled process), which
+                    # settled its hold: this growth would never be settled.
+                    raise _Closed
+        except LimitReached as limit:
+            return budget, limit.code
+        except _Closed:
+            return budget, ""
+    return grown, ""
+
+
+class _Closed(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    turn_id: int
+    text: str
+    round_number: int
+    input_tokens: int
+    output_tokens: int
+
+
+def checkpoint_turns(checkpoints: list[Checkpoint]) -> None:
+    """Saves running turns' text so far and their current round's usage
+    estimate, and says their process lives: one statement for all of them,
+    however many turns run. (Raw SQL: the ORM would compile an expression
+    per turn and column, every second.)"""
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    with transaction.atomic(), connection.cursor() as cursor:
+        # A turn that has ended meanwhile keeps its final state.
+        cursor.executemany(
+            f"UPDATE {table} SET assistant_text = %s, checkpoint_round = %s, checkpoint_input_tokens = %s,"
+            " checkpoint_output_tokens = %s, heartbeat_at = %s WHERE id = %s AND status = %s",
+            [
+                (c.text, c.round_number, c.input_tokens, c.output_tokens, now, c.turn_id, Turn.Status.STREAMING)
+                for c in checkpoints
+            ],
+        )
+
+
+def close_stale_turns(stale_after_seconds: float) -> list[tuple[str, int]]:
+    """Closes the turns a dead process left streaming: interrupted, text as
+    of the last checkpoint, the round in flight estimated, billed once.
+    Returns the visitor (hash) and id of each turn it closed."""
+    cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
+    stale = Turn.objects.filter(status=Turn.Status.STREAMING, heartbeat_at__lt=cutoff)
+    closed = [
+        (visitor, turn_id)
+        for turn_id, visitor in stale.values_list("id", "conversation__visitor_hash")
+        if _close_stale_turn(turn_id, cutoff)
+    ]
+    if closed:
+        logger.warning(
+            "closed %s turn(s) left streaming by a lost process: %s", len(closed), [turn for _, turn in closed]
+        )
+    return closed
+
+
+@transaction.atomic
+def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
+    # Claim it with a conditional update: another process sweeping at the
+    # same moment, or the turn's own process waking up, finds it taken.
+    claimed = Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING, heartbeat_at__lt=cutoff).update(
+        status=Turn.Status.INTERRUPTED,
+        interrupted=True,
+        stop_reason=Turn.StopReason.PROCESS_LOST,
+        owner="",
+        ended_at=timezone.now(),
+    )
+    if not claimed:
+        return False
+    turn = Turn.objects.get(pk=turn_id)
+    number = turn.checkpoint_round
+    if number and not turn.generations.filter(round=number).exists():
+        Generation.objects.create(
+            turn=turn,
+            round=number,
+            input_tokens=turn.checkpoint_input_tokens,
+            output_tokens=turn.checkpoint_output_tokens,
+            usage_estimated=True,
+            started_at=turn.heartbeat_at,
+            ended_at=turn.heartbeat_at,
+        )
+    searches.record_searches(turn_id, turn.assistant_text, ToolCall.objects.filter(generation__turn=turn))
+    totals = turn.generations.aggregate(
+        input=Sum("input_tokens"),
+        cached=Sum("cached_input_tokens"),
+        output=Sum("output_tokens"),
+        reasoning=Sum("reasoning_tokens"),
+    )
+    entry = bill_once(
+        turn_id,
+        model=turn.model,
+        input_tokens=totals["input"] or 0,
+        cached_input_tokens=totals["cached"] or 0,
+        output_tokens=totals["output"] or 0,
+        reasoning_tokens=totals["reasoning"] or 0,
+        estimated=True,
+        priced_at=turn.started_at,
+    )
+    limits.settle(turn.budget, entry.input_tokens + entry.output_tokens)
+    Turn.objects.filter(pk=turn_id).update(budget={})
+    return True
+
+
+@transaction.atomic
+def finish_turn(
+    turn_id: int,
+    *,
+    status: str,
+    text: str,
+    error: str,
+    rounds: list[Round],
+    model: str,
+    stop_reason: str = "",
+    stopped_by: str = "",
+) -> frames.Usage:
+    """Closes the turn: its remaining rounds, its text, its one ledger entry.
+
+    Returns the usage the ledger recorded, for the `turn.ended` frame. A turn
+    that has ended already is left as it is.
+    """
+    turn = Turn.objects.select_for_update().only("status", "started_at", "budget").get(pk=turn_id)
+    if turn.status != Turn.Status.STREAMING:
+        return _usage_of(LedgerEntry.objects.get(turn_id=turn_id))
+    recorded = set(Generation.objects.filter(turn_id=turn_id).values_list("round", flat=True))
+    for rnd in rounds:
+        if rnd.number not in recorded:
+            record_generation(turn_id, rnd)
+    Turn.objects.filter(pk=turn_id).update(
+        status=status,
+        interrupted=status == Turn.Status.INTERRUPTED,
+        assistant_text=text,
+        error=storable(error)[:200],
+        stop_reason=stop_reason if status == Turn.Status.INTERRUPTED else "",
+        stopped_by=stopped_by[:32],
+        owner="",
+        ended_at=timezone.now(),
+        budget={},
+    )
+    searches.record_searches(turn_id, text, [call for rnd in rounds for call in rnd.tool_calls])
+    usages = [rnd.usage for rnd in rounds]
+    entry = bill_once(
+        turn_id,
+        model=model,
+        input_tokens=sum(u.input_tokens for u in usages),
+        cached_input_tokens=sum(u.cached_input_tokens for u in usages),
+        output_tokens=sum(u.output_tokens for u in usages),
+        reasoning_tokens=sum(u.reasoning_tokens for u in usages),
+        estimated=any(u.estimated for u in usages),
+        priced_at=turn.started_at,
+    )
+    limits.settle(turn.budget, entry.input_tokens + entry.output_tokens)
+    return _usage_of(entry)
+
+
+def _usage_of(entry: LedgerEntry) -> frames.Usage:
+    return frames.usage(entry.input_tokens, entry.output_tokens, entry.estimated)
+
+
+def _ms(start: Any, end: Any) -> str:
+    if start is None or end is None:
+        return "-"
+    return str(round((end - start).total_seconds() * 1000))

@@ -1,0 +1,82 @@
+"""The tools the model can call: search_help_center, and request_human.
+
+A tool runs inside its turn's task; `current_turn` says which turn that is,
+for tools that act on the visitor's conversation.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+from chat.engine.rounds import Tool
+from chat.support import handoffs
+from chat.vocabulary import HANDOFF_TOOL, SEARCH_TOOL
+from helpcenter import search
+
+# What a search that found nothing good tells the model, besides the scores.
+NO_GOOD_MATCH = (
+    "No published help-center article answers this. Tell the visitor that the help center does not cover it, "
+    "and offer to put them in touch with a person (request_human)."
+)
+
+current_turn: ContextVar[int] = ContextVar("current_turn")
+
+
+def with_advice(result: dict[str, Any]) -> dict[str, Any]:
+    """A help-center search's result as the model reads it: when nothing
+    answers, what to tell the visitor, and that a person can help."""
+    return {**result, "note": NO_GOOD_MATCH} if result.get("no_good_match") else result
+
+
+async def _search_help_center(query: str) -> dict[str, Any]:
+    return with_advice(await search.search(query))
+
+
+async def _request_human(reason: str = "") -> dict[str, Any]:
+    if not isinstance(reason, str):
+        raise ValueError("reason must be a string")
+    handoff = await handoffs.request_for_turn(current_turn.get(), reason)
+    return {
+        "requested": True,
+        **handoff,
+        "note": (
+            "The support team has the request and the conversation. Tell the visitor that a person will get "
+            "back to them, and that they can leave an email address in the form shown under your answer."
+        ),
+    }
+
+
+SEARCH_HELP_CENTER = Tool(
+    name=SEARCH_TOOL,
+    description=(
+        "Search the published help-center articles. Returns the articles that answer the query (id, title, url, "
+        "snippet, score), best first; or no_good_match with the closest titles when none does. "
+        "Use it for any question about the product."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "What to look for, in English (the articles' language)."}
+        },
+        "required": ["query"],
+    },
+    run=_search_help_center,
+)
+
+REQUEST_HUMAN = Tool(
+    name=HANDOFF_TOOL,
+    description=(
+        "Ask a person from the support team to take over this conversation. Use it when the visitor asks for a "
+        "person, or when the help center has no answer and the visitor wants more help. Support is notified and "
+        "sees the whole conversation."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"reason": {"type": "string", "description": "Why the visitor needs a person, in one sentence."}},
+        "required": ["reason"],
+    },
+    run=_request_human,
+)
+
+TOOLS = [SEARCH_HELP_CENTER, REQUEST_HUMAN]

@@ -1,0 +1,261 @@
+"""One turn, run as its own task: stream the rounds to every tab of the
+conversation (chat/engine/hub.py), then, in a `finally` that survives cancellation,
+save what they saw and bill once. While it runs, it is checkpointed
+(chat/engine/checkpointer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from billing import calibration
+from chat import errors
+from chat.engine import checkpointer, frames, hub, provider, records, tools
+from chat.engine.hub import Broadcast
+from chat.engine.rounds import EndTurn, Outcome, Ratios, Round, RoundLoop, spec_chars
+from chat.engine.tools import TOOLS
+from chat.ops import metrics, tracing
+from chat.sources import search_results, used_articles
+from chat.vocabulary import PROVIDER_FAULTS, Code, Status, StopReason
+
+logger = logging.getLogger("kookee.turns")
+
+# The tool definitions' part of every prompt, for the budgets' estimates.
+TOOL_CHARS = spec_chars(TOOLS)
+
+T = TypeVar("T")
+
+
+class _Turn:
+    """The round loop's sink: frames to the conversation's tabs, rounds to
+    the database."""
+
+    def __init__(self, broadcast: Broadcast, budget: dict[str, Any]) -> None:
+        self.turn_id = broadcast.turn_id
+        self.broadcast = broadcast
+        self.budget = budget  # what it holds in the daily budgets (chat/visitors/limits.py)
+        # Looked up once: every frame goes through it.
+        self.hub = hub.current()
+        self.trace = tracing.start_turn(self.turn_id)
+        self.started_sent = False
+        self.asked_at = asyncio.get_running_loop().time()
+        self.first_delta_seen = False
+        self.model = provider.model_name()
+        self.loop = RoundLoop(
+            provider.open_stream,
+            TOOLS,
+            self,
+            settings.KOOKEE_MAX_ROUNDS,
+            ratios=lambda: Ratios(*calibration.ratios(self.model)),
+        )
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self.hub.publish(self.broadcast, frame)
+
+    async def delta(self, text: str) -> None:
+        if not self.first_delta_seen:
+            self.first_delta_seen = True
+            metrics.first_delta(asyncio.get_running_loop().time() - self.asked_at)
+        await self.send(frames.delta(self.turn_id, text))
+
+    async def tool(self, name: str, status: str) -> None:
+        if self.trace:
+            self.trace.tool(name, status)
+        await self.send(frames.tool(self.turn_id, name, status))
+
+    async def round_ended(self, rnd: Round, next_prompt_tokens: int) -> None:
+        # The next round's worst case joins what the turn holds in the daily
+        # budgets before it is asked for; a budget that cannot hold it ends
+        # the turn here.
+        spent = sum(r.usage.input_tokens + r.usage.output_tokens for r in self.loop.rounds)
+        hold = spent + next_prompt_tokens + settings.KOOKEE_MAX_OUTPUT_TOKENS
+        self.budget, refused = await database_sync_to_async(records.end_round)(self.turn_id, rnd, self.budget, hold)
+        if refused:
+            raise EndTurn(refused)
+
+    def checkpoint(self) -> records.Checkpoint:
+        """The text so far and the current round's usage estimate."""
+        current = self.loop.rounds[-1] if self.loop.rounds else None
+        usage = current.usage if current else None
+        return records.Checkpoint(
+            turn_id=self.turn_id,
+            text=self.loop.text,
+            round_number=current.number if current else 0,
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+        )
+
+
+class ShuttingDown(Exception):
+    """The process is shutting down: the turn goes to another process (the
+    page reconnects to one)."""
+
+
+async def start(visitor: Any, conversation_id: int | None, text: str, replacing: int | None = None) -> int:
+    """Starts a turn of the visitor's conversation (created at their first
+    message) in this process: stores it, and runs it in its own task, which
+    every tab of the visitor follows. Returns the conversation's id.
+    `replacing`: a full conversation that this turn begins a new one after.
+
+    Raises records.Busy, access.Refused, LimitReached or ShuttingDown,
+    starting nothing.
+    """
+    the_hub = hub.current()
+    if the_hub.closing:
+        raise ShuttingDown
+    owner = await the_hub.start()
+    started = await database_sync_to_async(records.start_turn)(
+        visitor, conversation_id, text, provider.model_name(), owner, replacing, TOOL_CHARS
+    )
+    broadcast = await the_hub.own(started.turn_id, visitor.hash)
+    broadcast.task = asyncio.create_task(run_turn(broadcast, started.messages, started.budget))
+    # Let the task enter its try/finally before any stop can cancel it: a
+    # task cancelled before its first step never runs its finally.
+    await asyncio.sleep(0)
+    if the_hub.closing:
+        # The shutdown began while the turn was being stored: it missed it.
+        broadcast.stop(StopReason.SHUTDOWN)
+    return started.conversation_id
+
+
+async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]], budget: dict[str, Any]) -> None:
+    """Runs a created turn to its end. Stopping its broadcast stops it."""
+    turn = _Turn(broadcast, budget)
+    tools.current_turn.set(turn.turn_id)  # for the tools that act on the conversation
+    outcome = Outcome(Status.FAILED, Code.SERVER_ERROR)
+    checkpointer.live[asyncio.current_task()] = turn
+    checkpointer.start()
+    try:
+        turn.started_sent = True
+        await turn.send(frames.turn_started(turn.turn_id))
+        outcome = await turn.loop.run(messages)
+    except asyncio.CancelledError:
+        # The round loop has closed the provider request by now.
+        outcome = Outcome(Status.INTERRUPTED)
+        if broadcast.stop_asked_at is not None:
+            metrics.stop_latency(asyncio.get_running_loop().time() - broadcast.stop_asked_at)
+        raise
+    except Exception:
+        logger.exception("turn=%s failed", turn.turn_id)
+    finally:
+        try:
+            await _survive_cancel(_end_turn(turn, outcome))
+        finally:
+            del checkpointer.live[asyncio.current_task()]
+            hub.current().disown(broadcast)
+
+
+async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
+    loop = turn.loop
+    for rnd in loop.rounds:
+        sample = rnd.sample()
+        if sample is not None:
+            calibration.observe(turn.model, *sample)
+    # A turn cancelled by nobody's Stop was cut short by the process ending.
+    reason = (turn.broadcast.stop_reason or StopReason.SHUTDOWN) if outcome.status == Status.INTERRUPTED else ""
+    try:
+        usage = await database_sync_to_async(records.finish_turn)(
+            turn.turn_id,
+            status=outcome.status,
+            text=loop.text,
+            error=outcome.detail or outcome.error,
+            rounds=loop.rounds,
+            model=turn.model,
+            stop_reason=reason,
+            stopped_by=turn.broadcast.stopped_by,
+        )
+    except Exception:
+        # The database failed us. The turn stays "streaming" with its last
+        # checkpoint, and the sweeper closes and bills it; the visitor is told.
+        logger.exception("turn=%s could not be saved", turn.turn_id)
+        outcome = Outcome(Status.FAILED, Code.SERVER_ERROR)
+        usages = [rnd.usage for rnd in loop.rounds]
+        usage = frames.usage(sum(u.input_tokens for u in usages), sum(u.output_tokens for u in usages), estimated=True)
+    logger.info(
+        "turn=%s status=%s reason=%s generations=%s error=%s",
+        turn.turn_id,
+        outcome.status,
+        reason or "-",
+        len(loop.rounds),
+        outcome.error or "-",
+    )
+    _count(turn, outcome)
+    if turn.trace:
+        turn.trace.end(
+            status=outcome.status,
+            error=outcome.error,
+            stop_reason=reason,
+            rounds=loop.rounds,
+            model=turn.model,
+            provider_name=provider.provider_name(),
+        )
+    if not turn.started_sent:
+        await _send_quietly(turn, frames.turn_started(turn.turn_id))
+    if outcome.error:
+        # In the site's language here; each tab says it in its visitor's (consumers.deliver).
+        message = errors.message(outcome.error)
+        await _send_quietly(turn, frames.turn_error(turn.turn_id, outcome.error, message))
+    calls = [call for rnd in loop.rounds for call in rnd.tool_calls]
+    ended = frames.turn_ended(
+        turn.turn_id,
+        outcome.status,
+        len(loop.rounds),
+        usage,
+        used_articles(loop.text, search_results(calls)),
+        reason=reason,
+        handoff=frames.handoff_requested(calls),
+    )
+    await _send_quietly(turn, ended)
+
+
+def _count(turn: _Turn, outcome: Outcome) -> None:
+    """The turn's figures for /metrics."""
+    metrics.turn_ended(outcome.status)
+    model = turn.model
+    last = turn.loop.rounds[-1] if turn.loop.rounds else None
+    provider_fault = outcome.error if outcome.error in PROVIDER_FAULTS else None
+    if provider_fault:
+        metrics.provider_error(provider_fault)
+    for rnd in turn.loop.rounds:
+        ended = rnd.ended_at or rnd.started_at
+        usage = rnd.usage
+        metrics.model_call(
+            model,
+            usage.input_tokens,
+            usage.output_tokens,
+            (ended - rnd.started_at).total_seconds(),
+            (rnd.first_delta_at - rnd.started_at).total_seconds() if rnd.first_delta_at else None,
+            provider_fault if rnd is last else None,
+        )
+
+
+async def _send_quietly(turn: _Turn, frame: dict[str, Any]) -> None:
+    # The turn is saved whatever happens to its frames.
+    try:
+        await turn.send(frame)
+    except Exception:
+        logger.exception("turn=%s: %s not delivered", turn.turn_id, frame["type"])
+
+
+async def _survive_cancel(work: Awaitable[T]) -> T:
+    """Awaits work to its end even if the task is cancelled (again) meanwhile,
+    then lets the cancellation continue."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError:
+            if task.done():
+                raise
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return result

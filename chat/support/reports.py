@@ -1,0 +1,234 @@
+"""Support's figures: the support report for a period, and the unanswered
+questions. Both read counts and the questions Support reads in transcripts
+anyway; nothing here knows a price.
+
+Definitions (also on the pages, and in docs/operations.md):
+
+- A conversation counts in a period when one of its turns started in it.
+- Resolved: a conversation with no thumbs down on any of its answers and no
+  request for a person, as of now.
+- Time to first delta: from the visitor's message being stored to the first
+  text or tool call of the turn's first model call.
+- Unanswered questions: help-center searches that found no article above
+  the relevance floor, answers rated thumbs down, and requests for a person,
+  grouped by their normalised terms (helpcenter/ranking.py: lower case, stemmed,
+  stopwords out, sorted). A thumbs down or a handoff takes the terms of what
+  the turn (or, for a handoff, the conversation) last searched without a
+  good match, else of the visitor's question or reason. One with no words
+  at all (a person asked for before any question, or erased) is counted by
+  the report, not here.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Q
+
+from billing import days
+from chat.models import Conversation, Feedback, Generation, Handoff, Search, Turn
+from helpcenter import search
+
+PERIODS = (7, 30, 90)  # the pages' presets, in days
+DEFAULT_DAYS = 30
+MAX_DAYS = 366
+TOP_UNANSWERED = 5
+EXAMPLES = 3  # example conversations per unanswered question
+# The most rows of each kind a page groups: a help center's weak searches
+# over a quarter are thousands, not millions.
+MAX_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class Period:
+    """Whole days of the site's calendar (DJANGO_TIME_ZONE), first to last."""
+
+    first: date
+    last: date
+
+    @property
+    def start(self) -> datetime:
+        return days.day_start(self.first)
+
+    @property
+    def end(self) -> datetime:
+        return days.day_start(self.last + timedelta(days=1))
+
+    @property
+    def days(self) -> int:
+        return (self.last - self.first).days + 1
+
+    @classmethod
+    def last_days(cls, count: int) -> Period:
+        today = days.today()
+        return cls(today - timedelta(days=count - 1), today)
+
+    @classmethod
+    def from_query(cls, params: Any) -> Period:
+        """From ?days=N (one of PERIODS), or ?from=YYYY-MM-DD&to=YYYY-MM-DD;
+        the last 30 days otherwise. Raises ValueError for a bad range."""
+        if params.get("from") or params.get("to"):
+            first = date.fromisoformat(params.get("from") or params.get("to"))
+            last = date.fromisoformat(params.get("to") or days.today().isoformat())
+            if first > last or (last - first).days >= MAX_DAYS:
+                raise ValueError(f"from must be on or before to, at most {MAX_DAYS} days apart")
+            return cls(first, last)
+        count = params.get("days")
+        if count is None:
+            return cls.last_days(DEFAULT_DAYS)
+        if count not in {str(n) for n in PERIODS}:
+            raise ValueError(f"days must be one of {', '.join(map(str, PERIODS))}")
+        return cls.last_days(int(count))
+
+
+def figures(period: Period) -> dict[str, Any]:
+    """The support report's figures for the period."""
+    turns = Turn.objects.filter(started_at__gte=period.start, started_at__lt=period.end)
+    statuses = dict(turns.order_by().values_list("status").annotate(n=Count("id")))
+    turn_count = sum(statuses.values())
+    ratings = dict(Feedback.objects.filter(turn__in=turns).order_by().values_list("rating").annotate(n=Count("id")))
+    conversations = Conversation.objects.filter(id__in=turns.values("conversation_id"))
+    conversation_count = conversations.count()
+    unresolved = (
+        conversations.filter(Q(turns__feedback__rating=Feedback.Rating.DOWN) | Q(handoffs__isnull=False))
+        .distinct()
+        .count()
+    )
+    handoffs = Handoff.objects.filter(created_at__gte=period.start, created_at__lt=period.end)
+    by_source = dict(handoffs.order_by().values_list("source").annotate(n=Count("id")))
+    by_status = dict(handoffs.order_by().values_list("status").annotate(n=Count("id")))
+    return {
+        "conversations": conversation_count,
+        "turns": turn_count,
+        "rated_up": ratings.get(Feedback.Rating.UP, 0),
+        "rated_down": ratings.get(Feedback.Rating.DOWN, 0),
+        "rated_up_share": _share(ratings.get(Feedback.Rating.UP, 0), turn_count),
+        "rated_down_share": _share(ratings.get(Feedback.Rating.DOWN, 0), turn_count),
+        "resolved": conversation_count - unresolved,
+        "resolution_rate": _share(conversation_count - unresolved, conversation_count),
+        "handoffs": sum(by_source.values()),
+        "handoffs_by_source": [(s, by_source.get(s, 0)) for s in Handoff.Source],
+        "handoffs_by_status": [(s, by_status.get(s, 0)) for s in Handoff.Status],
+        "median_first_delta_ms": _median_first_delta_ms(turns),
+        "statuses": [(s, statuses.get(s, 0), _share(statuses.get(s, 0), turn_count)) for s in Turn.Status],
+        "unanswered": unanswered(period, limit=TOP_UNANSWERED),
+    }
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def _median_first_delta_ms(turns) -> int | None:
+    firsts = Generation.objects.filter(turn__in=turns, round=1, first_delta_at__isnull=False).values_list(
+        "first_delta_at", "turn__started_at"
+    )[:MAX_ROWS]
+    waits = [(first - started).total_seconds() * 1000 for first, started in firsts]
+    return round(statistics.median(waits)) if waits else None
+
+
+@dataclass
+class Gap:
+    """Questions the help center did not answer, grouped by their terms."""
+
+    terms: str
+    example: str = ""  # the latest wording
+    searches: int = 0  # searches with no good match
+    thumbs_down: int = 0
+    handoffs: int = 0
+    last_seen: datetime | None = None
+    conversations: dict[int, str] = field(default_factory=dict)  # id -> public id, the latest first
+
+    @property
+    def total(self) -> int:
+        return self.searches + self.thumbs_down + self.handoffs
+
+    @property
+    def examples(self) -> list[tuple[int, str]]:
+        """Up to EXAMPLES conversations to read (id, public id)."""
+        return list(self.conversations.items())[:EXAMPLES]
+
+    @property
+    def more(self) -> int:
+        """How many conversations besides the examples."""
+        return max(0, len(self.conversations) - EXAMPLES)
+
+    def add(self, kind: str, text: str, when: datetime, conversation: tuple[int, Any]) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+        if self.last_seen is None or when > self.last_seen:
+            self.last_seen = when
+            self.example = text or self.example
+        elif not self.example:
+            self.example = text
+        self.conversations.setdefault(conversation[0], str(conversation[1]))
+
+
+def unanswered(period: Period, limit: int = 50) -> list[Gap]:
+    """The period's unanswered questions, the most frequent first."""
+    window = {"gte": period.start, "lt": period.end}
+    gaps: dict[str, Gap] = {}
+
+    def add(terms: str, kind: str, text: str, when: datetime, conversation: tuple[int, Any]) -> None:
+        gaps.setdefault(terms, Gap(terms)).add(kind, text, when, conversation)
+
+    weak = Search.objects.filter(matched=False, created_at__gte=window["gte"], created_at__lt=window["lt"])
+    for terms, query, when, conversation, public_id in weak.order_by("-created_at").values_list(
+        "terms", "query", "created_at", "turn__conversation_id", "turn__conversation__public_id"
+    )[:MAX_ROWS]:
+        if terms:  # erased searches have none
+            add(terms, "searches", query, when, (conversation, public_id))
+
+    down = Feedback.objects.filter(
+        rating=Feedback.Rating.DOWN, updated_at__gte=window["gte"], updated_at__lt=window["lt"]
+    ).values_list("turn_id", "turn__user_text", "updated_at", "turn__conversation_id", "turn__conversation__public_id")
+    down = list(down[:MAX_ROWS])
+    searched = _last_weak_search_of_turns([row[0] for row in down])
+    for turn_id, question, when, conversation, public_id in down:
+        terms, text = searched.get(turn_id) or (search.normalised(question), question)
+        if terms:
+            add(terms, "thumbs_down", text, when, (conversation, public_id))
+
+    handoffs = list(
+        Handoff.objects.filter(created_at__gte=window["gte"], created_at__lt=window["lt"]).values_list(
+            "conversation_id", "conversation__public_id", "created_at", "reason", "turn__user_text"
+        )[:MAX_ROWS]
+    )
+    searched = _last_weak_search_of_conversations([row[0] for row in handoffs])
+    for conversation, public_id, when, reason, question in handoffs:
+        # What the conversation searched for in vain says more than "yes please".
+        terms, text = searched.get(conversation) or _terms_of(reason, question)
+        if terms:  # no question asked, or erased: nothing for an article to answer
+            add(terms, "handoffs", text, when, (conversation, public_id))
+
+    ordered = sorted(gaps.values(), key=lambda gap: (-gap.total, -gap.last_seen.timestamp(), gap.terms))
+    return ordered[:limit]
+
+
+def _terms_of(*texts: str | None) -> tuple[str, str]:
+    for text in texts:
+        if text and (terms := search.normalised(text)):
+            return terms, text
+    return "", ""
+
+
+def _last_weak_search_of_turns(turn_ids: list[int]) -> dict[int, tuple[str, str]]:
+    found: dict[int, tuple[str, str]] = {}
+    rows = Search.objects.filter(turn_id__in=turn_ids, matched=False).exclude(terms="").order_by("created_at", "id")
+    for turn_id, terms, query in rows.values_list("turn_id", "terms", "query"):
+        found[turn_id] = (terms, query)  # the last one wins
+    return found
+
+
+def _last_weak_search_of_conversations(conversation_ids: list[int]) -> dict[int, tuple[str, str]]:
+    found: dict[int, tuple[str, str]] = {}
+    rows = (
+        Search.objects.filter(turn__conversation_id__in=conversation_ids, matched=False)
+        .exclude(terms="")
+        .order_by("created_at", "id")
+    )
+    for conversation_id, terms, query in rows.values_list("turn__conversation_id", "terms", "query"):
+        found[conversation_id] = (terms, query)
+    return found

@@ -1,0 +1,23 @@
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+from helpcenter.models import Article
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "help_center.json"
+
+
+class Command(BaseCommand):
+    help = "Adds the demo help-center articles that are missing (by slug); never overwrites edits."
+
+    def handle(self, *args, **options) -> None:
+        created = 0
+        for item in json.loads(FIXTURE.read_text()):
+            fields = item["fields"]
+            _, was_created = Article.objects.get_or_create(
+                slug=fields["slug"],
+                defaults={k: fields[k] for k in ("title", "body", "published")},
+            )
+            created += was_created
+        self.stdout.write(f"Demo help center: {created} article(s) added.")
