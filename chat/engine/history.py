@@ -3,7 +3,6 @@ their sources, rating and any pending request for a person."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.conf import settings
@@ -14,11 +13,6 @@ from chat.models import Conversation, ToolCall, Turn
 from chat.sources import search_results, used_articles
 from chat.support import handoffs
 from chat.visitors import access
-
-logger = logging.getLogger("kookee.generations")
-search_log = logging.getLogger("kookee.searches")
-# Starting over and erasure: ids only, never a key, a hash or any text.
-privacy_log = logging.getLogger("kookee.privacy")
 
 
 def visitors_history(visitor: str, conversation_id: int | None, before: int | None) -> tuple[int | None, dict]:

@@ -29,9 +29,6 @@ from chat.visitors.identity import Visitor
 from chat.visitors.limits import LimitReached, check_turn_allowed
 
 logger = logging.getLogger("kookee.generations")
-search_log = logging.getLogger("kookee.searches")
-# Starting over and erasure: ids only, never a key, a hash or any text.
-privacy_log = logging.getLogger("kookee.privacy")
 
 
 ACTIVITY_RESOLUTION = timedelta(minutes=1)

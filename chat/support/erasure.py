@@ -18,8 +18,6 @@ from chat.models import Conversation, Feedback, Handoff, RevokedKey, Search, Too
 from chat.visitors import limits
 from chat.vocabulary import TOOL_NAMES
 
-logger = logging.getLogger("kookee.generations")
-search_log = logging.getLogger("kookee.searches")
 # Starting over and erasure: ids only, never a key, a hash or any text.
 privacy_log = logging.getLogger("kookee.privacy")
 

@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-
 from chat.models import Feedback, Turn
-
-logger = logging.getLogger("kookee.generations")
-search_log = logging.getLogger("kookee.searches")
-# Starting over and erasure: ids only, never a key, a hash or any text.
-privacy_log = logging.getLogger("kookee.privacy")
 
 
 class NotFound(Exception):

@@ -17,8 +17,6 @@ from helpcenter import search
 
 logger = logging.getLogger("kookee.generations")
 search_log = logging.getLogger("kookee.searches")
-# Starting over and erasure: ids only, never a key, a hash or any text.
-privacy_log = logging.getLogger("kookee.privacy")
 
 
 def record_searches(turn_id: int, answer: str, calls: Any) -> None:

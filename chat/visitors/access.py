@@ -16,8 +16,6 @@ from chat.models import Conversation, RevokedKey
 from chat.visitors import embed
 from chat.visitors.identity import Visitor, hash_key
 
-logger = logging.getLogger("kookee.generations")
-search_log = logging.getLogger("kookee.searches")
 # Starting over and erasure: ids only, never a key, a hash or any text.
 privacy_log = logging.getLogger("kookee.privacy")
 
