@@ -11,9 +11,9 @@ levels=${*:-100 200}
 tree=$(mktemp -d)
 git worktree add -q --detach "$tree" "$commit"
 trap 'git worktree remove --force "$tree"' EXIT
-# Today's bench, on yesterday's code (which had no chat/fastjson).
+# Today's bench, on yesterday's code (which had no chat/engine/fastjson).
 cp bench/harness.py bench/relay.py bench/client.mjs bench/provider.py bench/concurrency.py bench/cpu_profile.py "$tree/bench/"
-sed -i 's/^from chat import fastjson$/import json as fastjson/' "$tree/bench/relay.py"
+sed -i 's/^from chat.engine import fastjson$/import json as fastjson/' "$tree/bench/relay.py"
 (cd "$tree/bench" && "$OLDPWD/.venv/bin/python" concurrency.py $levels --seconds 20 --name before)
 mkdir -p bench/results
 cp "$tree/bench/results/before.json" bench/results/before.json

@@ -1,6 +1,6 @@
 """Database statements per turn, against the answer's length.
 
-Runs whole turns in this process, through the app's own code (services.
+Runs whole turns in this process, through the app's own code (records.
 start_turn, then turns.run_turn with its checkpointer, ended by finish_turn),
 against the bench provider padding every answer to a given number of words,
 and counts every SQL statement by kind. Statements the checkpointer issues

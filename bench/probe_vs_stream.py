@@ -101,7 +101,7 @@ def system_prompt() -> str:
     read from the fixture rather than the database."""
     from chat.engine.prompt import SYSTEM_PROMPT
 
-    articles = json.loads((ROOT / "chat" / "fixtures" / "help_center.json").read_text())
+    articles = json.loads((ROOT / "helpcenter" / "fixtures" / "help_center.json").read_text())
     titles = [a["fields"]["title"] for a in articles if a["model"] == "helpcenter.article"]
     return SYSTEM_PROMPT.format(overview="\n".join(f"- {title}" for title in titles))
 

@@ -32,7 +32,10 @@ except ImportError:  # run as a script: the project root is the parent
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from chat.engine import offline
+    try:
+        from chat.engine import offline
+    except ImportError:  # an earlier commit, before chat had rooms (bench/before.sh)
+        from chat import offline
 
 
 class Options:

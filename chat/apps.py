@@ -15,12 +15,18 @@ class ChatConfig(AppConfig):
     def ready(self) -> None:
         post_migrate.connect(_ensure_roles, sender=self)
         # /healthz checks this process's channel layer too, through its hub.
-        from chat.engine import hub
         from chat.ops import monitoring
 
-        monitoring.check("channel_layer", hub.check)
+        monitoring.check("channel_layer", _check_channel_layer)
         checks.register(_email_is_configured, checks.Tags.compatibility, deploy=True)
         checks.register(_email_is_not_printed, checks.Tags.security, deploy=True)
+
+
+async def _check_channel_layer(timeout: float) -> None:
+    # Imported when checked: a management command never loads the engine.
+    from chat.engine import hub
+
+    await hub.check(timeout)
 
 
 def _ensure_roles(**kwargs) -> None:

@@ -7,6 +7,9 @@
    __init__.py only, not to its submodules).
 5. chat's rooms depend one way: ROOMS below says which modules are in which room,
    LAYERS which rooms each may import.
+6. chat reaches the help center through helpcenter.search only.
+7. The Django-free core (DJANGO_FREE, type-checked by mypy) imports no Django, directly
+   or through the first-party modules it imports.
 
 Every import counts, at module level or inside a function or an `if TYPE_CHECKING:`
 block: a lazy import is still a dependency. Migrations are frozen history and are
@@ -14,6 +17,7 @@ left out. A string such as "chat.Turn" in a ForeignKey is not an import.
 """
 
 import ast
+import tomllib
 from itertools import pairwise
 from pathlib import Path
 
@@ -40,6 +44,13 @@ LAYERS = {
     "support": {"core", "visitors", "ops", "support"},
     "engine": {"core", "visitors", "ops", "support", "engine"},
 }
+
+
+# The modules pyproject.toml's [tool.mypy] checks: no Django, so that they stay plain Python.
+DJANGO_FREE = (
+    *("chat.vocabulary", "chat.text", "chat.sources", "chat.engine.rounds", "chat.engine.sse"),
+    *("chat.engine.frames", "chat.engine.fastjson", "billing.tokens"),
+)
 
 
 def module_name(path):
@@ -132,7 +143,6 @@ def test_walker_sees_the_imports():
     ]
     assert (room_of("chat.engine.turns"), room_of("chat.templatetags.transcript")) == ("engine", "wiring")
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
-    assert (room_of("chat.engine.turns"), room_of("chat.templatetags.transcript")) == ("engine", "wiring")
     assert find_cycles({"a": {"b"}, "b": set()}) == []
 
 
@@ -176,3 +186,38 @@ def test_chat_rooms_depend_one_way():
         if room in LAYERS and other is not None and other not in LAYERS[room]:
             bad.append(f"  {loc}: {importer} -> {imported}  ({room} may import only {', '.join(sorted(LAYERS[room]))})")
     assert not bad, "chat's rooms depend one way (LAYERS):\n" + "\n".join(bad)
+
+
+def test_chat_reaches_the_help_center_through_its_door():
+    bad = [e for e in EDGES if under(e[0], "chat") and under(e[1], "helpcenter") and e[1] != "helpcenter.search"]
+    assert not bad, report("chat imports helpcenter.search only", bad)
+
+
+def third_party_imports(module):
+    """The top-level names of every import in a module that is not first-party."""
+    names = set()
+    for node in ast.walk(ast.parse(FILES[module].read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.partition(".")[0])
+    return names - set(APPS)
+
+
+def test_the_core_imports_no_django():
+    graph = {}
+    for importer, imported, _ in EDGES:
+        graph.setdefault(importer, set()).add(imported)
+    bad = []
+    for module in DJANGO_FREE:
+        reached, todo = set(), [module]
+        while todo:  # the module and every first-party module it imports, transitively
+            current = todo.pop()
+            if current not in reached:
+                reached.add(current)
+                todo.extend(graph.get(current, ()))
+        bad += [f"{module} (through {m})" for m in sorted(reached) if {"django", "channels"} & third_party_imports(m)]
+    assert not bad, "The Django-free core imports Django: " + ", ".join(bad)
+    assert "django" in third_party_imports("chat.models"), "the check sees a Django import where there is one"
+    checked = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"]
+    assert sorted(checked) == sorted(str(FILES[m].relative_to(ROOT)) for m in DJANGO_FREE), "mypy checks the core"

@@ -26,9 +26,6 @@ from billing.tokens import CHARS_PER_TOKEN, Sample
 from chat.text import storable
 from chat.vocabulary import Code, Status, ToolStatus
 
-# A turn's endings, as the round loop reaches them.
-COMPLETED, TRUNCATED, FAILED, INTERRUPTED = Status.COMPLETED, Status.TRUNCATED, Status.FAILED, Status.INTERRUPTED
-
 PARAGRAPH_BREAK = "\n\n"
 # A round cut short is estimated from its characters (billing/tokens.py).
 # Providers also bill each message's framing (role, separators) and the tool
@@ -371,12 +368,12 @@ class RoundLoop:
             calls, outcome = await self._stream(rnd, messages, last)
             if outcome is None and calls and last:
                 # The model ignored tool_choice="none" on the last round.
-                outcome = Outcome(FAILED, Code.ROUND_LIMIT, "the model still wanted tools")
+                outcome = Outcome(Status.FAILED, Code.ROUND_LIMIT, "the model still wanted tools")
             if outcome is not None or not calls:
                 # The last round is recorded with the turn's end, in one
                 # transaction (the caller has `rounds`).
                 await self._flush()
-                return outcome or Outcome(COMPLETED)
+                return outcome or Outcome(Status.COMPLETED)
             messages.append(_assistant_message(rnd))
             for call in calls:
                 messages.append(await self._run_tool(call))
@@ -384,7 +381,7 @@ class RoundLoop:
                 await self.sink.round_ended(rnd, prompt_tokens(messages, self.spec_chars, self.ratios()))
             except EndTurn as end:
                 await self._flush()
-                return Outcome(FAILED, end.code, "a daily budget could not hold the next round")
+                return Outcome(Status.FAILED, end.code, "a daily budget could not hold the next round")
         raise AssertionError("unreachable: the last round always returns")
 
     async def _stream(
@@ -400,9 +397,9 @@ class RoundLoop:
         if outcome is not None:
             return [], outcome
         if not rnd.finish_reason:
-            return [], Outcome(FAILED, Code.INCOMPLETE_STREAM, "the stream ended without finish_reason")
+            return [], Outcome(Status.FAILED, Code.INCOMPLETE_STREAM, "the stream ended without finish_reason")
         if rnd.finish_reason == "length":
-            return [], Outcome(TRUNCATED)
+            return [], Outcome(Status.TRUNCATED)
         # Decide from the fragments: some providers say "stop" after tool calls.
         return [c for c in assembler.calls if c.name or c.arguments or c.call_id], None
 
@@ -573,8 +570,8 @@ def _json_or_empty(arguments: str) -> str:
 
 def _failure(exc: Exception) -> Outcome:
     if isinstance(exc, StreamError):
-        return Outcome(FAILED, exc.code, exc.detail)
-    return Outcome(FAILED, _error_code(exc), describe(exc))
+        return Outcome(Status.FAILED, exc.code, exc.detail)
+    return Outcome(Status.FAILED, _error_code(exc), describe(exc))
 
 
 KNOWN_CALL_FIELDS = frozenset({"index", "id", "type", "function"})

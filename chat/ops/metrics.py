@@ -31,8 +31,6 @@ from chat.vocabulary import ENDINGS, PROVIDER_FAULTS
 # nothing here reads them.
 disable_created_metrics()
 
-TURN_STATUSES = ENDINGS
-PROVIDER_ERRORS = PROVIDER_FAULTS
 OTHER = "other"
 # The semantic conventions' own fallback for error.type.
 OTHER_ERROR_TYPE = "_OTHER"
@@ -156,7 +154,7 @@ def exposition(accept: str | None) -> tuple[bytes, str]:
 
 
 def turn_ended(status: str) -> None:
-    _metrics.turns.labels(status if status in TURN_STATUSES else OTHER).inc()
+    _metrics.turns.labels(status if status in ENDINGS else OTHER).inc()
 
 
 def model_call(
@@ -187,7 +185,7 @@ def stop_latency(seconds: float) -> None:
 
 
 def provider_error(code: str) -> None:
-    _metrics.provider_errors.labels(code if code in PROVIDER_ERRORS else OTHER).inc()
+    _metrics.provider_errors.labels(code if code in PROVIDER_FAULTS else OTHER).inc()
 
 
 def _model(model: str) -> str:
@@ -198,4 +196,4 @@ def _error_type(error_type: str | None) -> str:
     # Empty means no error: Prometheus treats an empty label as absent.
     if not error_type:
         return ""
-    return error_type if error_type in PROVIDER_ERRORS else OTHER_ERROR_TYPE
+    return error_type if error_type in PROVIDER_FAULTS else OTHER_ERROR_TYPE
