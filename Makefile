@@ -9,7 +9,7 @@ SERVER ?= daphne
 SERVE_daphne = $(VENV)/bin/daphne -b $(HOST) -p $(PORT) --access-log /dev/null kookee.asgi:application
 SERVE_uvicorn = $(VENV)/bin/uvicorn --host $(HOST) --port $(PORT) --lifespan on --no-access-log kookee.asgi:application
 
-.PHONY: run superuser test format bench load clean chromium screenshots messages compilemessages gettext
+.PHONY: run superuser test format bench load eval clean chromium screenshots messages compilemessages gettext
 
 $(VENV)/installed: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -109,6 +109,13 @@ bench: $(VENV)/installed $(VENV)/bench-installed chromium
 $(VENV)/bench-installed: $(VENV)/installed bench/requirements.txt
 	$(PY) -m pip install --quiet -r bench/requirements.txt
 	touch $@
+
+# Help-center search on questions it was not built on (bench/eval.py): the
+# test half by default; `make eval SPLIT=tune` for the half that tunes.
+SPLIT ?= test
+eval: export DJANGO_DEBUG ?= true
+eval: $(VENV)/installed
+	$(PY) bench/eval.py --split $(SPLIT)
 
 load: $(VENV)/installed
 	$(PY) bench/load.py 200 3
