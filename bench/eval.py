@@ -7,12 +7,14 @@ answer. Each has a split: thresholds and weights may be set on `tune` only;
 (helpcenter.search.search_in), over the demo help center read from its
 fixture, so the figures are the tool's result as the model receives it:
 
-- recall@1: the right article first, and not hidden as "no good match";
-- recall@3: the right article among those returned;
+- recall@1: the right article first, and the result not marked no_good_match;
+- recall@3: the right article among those returned, whatever their confidence;
 - MRR: the mean of 1/rank of the right article among those returned;
-- ranked@1: the right article ranked first, whatever the floor said;
+- ranked@1: the right article first, whatever the floor said;
 - unanswerable flagged: the share of unanswerable questions marked no_good_match;
-- answerable hidden: the share of answerable questions marked no_good_match;
+- answerable flagged: the share of answerable questions marked no_good_match;
+- answerable hidden: marked no_good_match with no article at all: a model
+  could only say the help center does not cover it;
 - p50 / p99: one search's time, in milliseconds.
 
     .venv/bin/python bench/eval.py [--split test|tune|all] [--json]
@@ -77,7 +79,7 @@ def slug_of(url: str) -> str:
 def measure(search: Search, asked: list[dict[str, Any]]) -> dict[str, Any]:
     answerable = [q for q in asked if q["slugs"]]
     unanswerable = [q for q in asked if not q["slugs"]]
-    times, first, top3, reciprocal, ranked, hidden, flagged, misses = [], 0, 0, 0.0, 0, 0, 0, []
+    times, first, top3, reciprocal, ranked, hidden, marked, flagged, misses = [], 0, 0, 0.0, 0, 0, 0, 0, []
     for question in asked:
         started = time.perf_counter()
         result = search(question["text"])
@@ -89,12 +91,14 @@ def measure(search: Search, asked: list[dict[str, Any]]) -> dict[str, Any]:
         expected = set(question["slugs"])
         rank = next((i for i, slug in enumerate(returned, 1) if slug in expected), None)
         best = _best(result)
-        first += rank == 1
+        no_good_match = bool(result.get("no_good_match"))
+        first += rank == 1 and not no_good_match
         top3 += rank is not None and rank <= 3
         reciprocal += 1 / rank if rank else 0.0
         ranked += best in expected
-        hidden += bool(result.get("no_good_match"))
-        if rank != 1:
+        marked += no_good_match
+        hidden += no_good_match and not returned
+        if rank != 1 or no_good_match:
             misses.append({"id": question["id"], "text": question["text"], "want": question["slugs"], "got": returned})
     times.sort()
     count = len(answerable) or 1
@@ -107,6 +111,7 @@ def measure(search: Search, asked: list[dict[str, Any]]) -> dict[str, Any]:
         "mrr": reciprocal / count,
         "ranked@1": ranked / count,
         "unanswerable_flagged": flagged / (len(unanswerable) or 1),
+        "answerable_flagged": marked / count,
         "answerable_hidden": hidden / count,
         "p50_ms": times[len(times) // 2] if times else 0.0,
         "p99_ms": times[min(len(times) - 1, int(len(times) * 0.99))] if times else 0.0,
@@ -124,12 +129,13 @@ def _best(result: dict[str, Any]) -> str | None:
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
     columns = ["configuration", "questions", "recall@1", "recall@3", "MRR", "ranked@1"]
-    columns += ["unanswerable flagged", "answerable hidden", "p50 ms", "p99 ms"]
+    columns += ["unanswerable flagged", "answerable flagged", "answerable hidden", "p50 ms", "p99 ms"]
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for name, m in rows.items():
         lines.append(
             f"| {name} | {m['answerable']} + {m['unanswerable']} | {m['recall@1']:.2f} | {m['recall@3']:.2f} "
-            f"| {m['mrr']:.2f} | {m['ranked@1']:.2f} | {m['unanswerable_flagged']:.2f} | {m['answerable_hidden']:.2f} "
+            f"| {m['mrr']:.2f} | {m['ranked@1']:.2f} | {m['unanswerable_flagged']:.2f} | {m['answerable_flagged']:.2f} "
+            f"| {m['answerable_hidden']:.2f} "
             f"| {m['p50_ms']:.2f} | {m['p99_ms']:.2f} |"
         )
     return "\n".join(lines)

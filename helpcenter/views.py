@@ -18,7 +18,8 @@ def article_list(request):
     query = request.GET.get("q", "").strip()[:QUERY_CHARS]
     snapshot = index.current_sync()
     if query:
-        articles = search.search_in(snapshot, query)["articles"]
+        # The page lists what answers; the closest that do not are for a model to judge.
+        articles = [a for a in search.search_in(snapshot, query)["articles"] if a["confidence"] == search.HIGH]
     else:
         articles = [{"title": d.title, "url": d.url} for d in sorted(snapshot.index.documents, key=lambda d: d.title)]
     context = {"query": query, "articles": articles}

@@ -284,7 +284,8 @@ def _answer_from_results(messages: list[dict[str, Any]], said: dict[str, str]) -
         results.insert(0, _parse(message.get("content")))
     if any(r.get("requested") for r in results):
         return said["handed_over"]
-    found = [r["articles"][0] for r in results if r.get("articles")]
+    # The floor's verdict: the offline model cannot judge a low-confidence article.
+    found = [r["articles"][0] for r in results if r.get("articles") and not r.get("no_good_match")]
     if not found:
         # No good match (or a failed search): say so rather than quote the
         # closest article, and offer a person.

@@ -16,8 +16,9 @@ from helpcenter import search
 
 # What a search that found nothing good tells the model, besides the scores.
 NO_GOOD_MATCH = (
-    "No published help-center article answers this. Tell the visitor that the help center does not cover it, "
-    "and offer to put them in touch with a person (request_human)."
+    "No published help-center article clearly answers this: the articles here are only the closest, with low "
+    "confidence. Answer from one only if it truly answers the visitor's question. Otherwise tell the visitor that "
+    "the help center does not cover it, and offer to put them in touch with a person (request_human)."
 )
 
 current_turn: ContextVar[int] = ContextVar("current_turn")
@@ -50,8 +51,8 @@ async def _request_human(reason: str = "") -> dict[str, Any]:
 SEARCH_HELP_CENTER = Tool(
     name=SEARCH_TOOL,
     description=(
-        "Search the published help-center articles. Returns the articles that answer the query (id, title, url, "
-        "snippet, score), best first; or no_good_match with the closest titles when none does. "
+        "Search the published help-center articles. Returns the best articles (id, title, url, snippet, score, "
+        "confidence: high or low), best first; no_good_match when none clearly answers. "
         "Use it for any question about the product."
     ),
     parameters={

@@ -42,15 +42,19 @@ def _record_searches(turn_id: int, answer: str, calls: Any) -> None:
         if query is None or not results:
             continue
         result = results[0]
-        articles = [a for a in result.get("articles") or [] if isinstance(a, dict)]
-        cited = bool(used_articles(answer, [result]))
+        # The articles that answer it: those that cleared the floor, not the
+        # closest ones returned for the model to judge (confidence "low").
+        articles = [
+            a for a in result.get("articles") or [] if isinstance(a, dict) and a.get("confidence") != search.LOW
+        ]
+        cited = bool(used_articles(answer, [{"articles": articles}]))
         found.append(
             Search(
                 turn_id=turn_id,
                 query=query,
                 terms=search.normalised(query)[:200],
                 top_score=result.get("top_score") if isinstance(result.get("top_score"), (int, float)) else None,
-                matched=bool(articles),
+                matched=bool(articles) and not result.get("no_good_match"),
                 article_ids=[a.get("id") for a in articles],
                 cited=cited,
             )

@@ -62,7 +62,8 @@ def test_the_demo_help_center_is_big_enough(help_center):
 
 def test_results_carry_id_title_url_and_a_snippet(help_center):
     [first, *_] = search_help_center_sync("install the widget script tag")["articles"]
-    assert set(first) == {"id", "title", "url", "snippet", "score"}
+    assert set(first) == {"id", "title", "url", "snippet", "score", "confidence"}
+    assert first["confidence"] == "high"
     article = Article.objects.get(pk=first["id"])
     assert (first["title"], first["url"]) == (article.title, article.get_absolute_url())
     assert 0 < len(first["snippet"]) <= 281
@@ -141,7 +142,9 @@ def test_unanswered_questions_get_no_good_match(help_center, question):
 
     assert set(result) == {"articles", "no_good_match", "top_score", "closest", "note"}
     assert result["no_good_match"] is True
-    assert result["articles"] == []
+    # The closest are still the model's to judge, marked as such; never hidden.
+    assert [a["id"] for a in result["articles"]] == [hit.document.id for hit in hits]
+    assert {a["confidence"] for a in result["articles"]} <= {"low"}
     assert result["note"] == NO_GOOD_MATCH
     # The closest articles by title and score, with nothing to quote.
     assert result["closest"] == [
@@ -165,12 +168,15 @@ def test_a_question_sharing_no_word_with_any_article_has_no_closest(help_center)
     assert (result["no_good_match"], result["top_score"], result["closest"]) == (True, None, [])
 
 
-def test_only_articles_above_the_floor_are_returned(help_center):
+def test_articles_above_the_floor_come_first_with_high_confidence(help_center):
     question = "How do I download all my posts and votes as a CSV?"
     hits = help_center_module.current_sync().index.hits(question, limit=RESULTS)
-    returned = [a["id"] for a in search_help_center_sync(question)["articles"]]
-    assert returned == [hit.document.id for hit in hits if hit.good]
-    assert returned  # the question is answered
+    result = search_help_center_sync(question)
+    returned = [(a["id"], a["confidence"]) for a in result["articles"]]
+    good = [(hit.document.id, "high") for hit in hits if hit.good]
+    assert good  # the question is answered
+    assert returned == good + [(hit.document.id, "low") for hit in hits if not hit.good]
+    assert "no_good_match" not in result
 
 
 # The floor's rules, at its thresholds (helpcenter/ranking.py's docstring).
