@@ -15,9 +15,12 @@ spec.loader.exec_module(evaluation)
 # Measured on the test half with make eval (lexical: BM25 over whole
 # articles and its floor, as of issue 21), less a margin for a question that
 # ties. Raise them, and add configurations, as search gets better.
-MEASURED = {"lexical": {"recall@1": 0.18, "recall@3": 0.71, "mrr": 0.61, "unanswerable_flagged": 0.86}}
+MEASURED = {
+    "lexical": {"recall@1": 0.18, "recall@3": 0.71, "mrr": 0.61, "unanswerable_flagged": 0.86},
+    "lexical, offline model's queries": {"recall@1": 0.19, "recall@3": 0.78, "mrr": 0.68, "unanswerable_flagged": 0.86},
+}
 # Figures where less is better.
-AT_MOST = {"lexical": {"answerable_hidden": 0.16}}
+AT_MOST = {"lexical": {"answerable_hidden": 0.16}, "lexical, offline model's queries": {"answerable_hidden": 0.09}}
 MARGIN = 0.02
 
 
