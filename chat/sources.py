@@ -35,11 +35,16 @@ def used_articles(answer: str, results: Iterable[Any]) -> list[dict[str, str]]:
 
 
 def search_results(calls: Iterable[Any]) -> list[Any]:
-    """The results of the help-center searches among tool calls (the round
-    loop's or stored ones; stored results are JSON text)."""
+    """The results of the help-center searches among tool calls."""
+    return results_of(calls, SEARCH_TOOL)
+
+
+def results_of(calls: Iterable[Any], tool: str) -> list[Any]:
+    """The results of one tool's calls among tool calls, in order (the round
+    loop's, or stored ones, whose results are JSON text)."""
     found = []
     for call in calls:
-        if call.name != SEARCH_TOOL or not call.result:
+        if call.name != tool or not call.result:
             continue
         result = call.result
         if isinstance(result, str):

@@ -4,10 +4,10 @@ stored history: their shapes are typed here. Django-free."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any, Literal, NotRequired, TypedDict
 
+from chat.sources import results_of
 from chat.vocabulary import HANDOFF_TOOL
 
 
@@ -103,16 +103,8 @@ def turn_ended(
 def handoff_requested(calls: Iterable[Any]) -> HandoffState | None:
     """The request for a person that request_human made among a turn's tool
     calls (the round loop's, or stored ones, whose results are JSON text)."""
-    for call in reversed(list(calls)):
-        if call.name != HANDOFF_TOOL or not call.result:
-            continue
-        result = call.result
-        if isinstance(result, str):
-            try:
-                result = json.loads(result)
-            except ValueError:
-                continue
-        if isinstance(result, dict) and "handoff_id" in result:
+    for result in reversed(results_of(calls, HANDOFF_TOOL)):
+        if isinstance(result, dict) and all(key in result for key in ("handoff_id", "status", "email")):
             return {"handoff_id": result["handoff_id"], "status": result["status"], "email": result["email"]}
     return None
 

@@ -28,7 +28,7 @@ from django.core.management import call_command
 from django.core.validators import validate_email
 from django.utils import timezone
 
-from chat.engine import offline
+from chat.engine import offline, records
 from chat.engine.consumers import CLOSE_REFUSED
 from chat.models import Conversation, Handoff, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
@@ -530,6 +530,19 @@ async def test_a_turn_without_request_human_has_no_handoff_in_its_end(chat, use_
 
     assert "handoff" not in await chat.finish(turn_id)
     assert await count(Handoff) == 0
+
+
+async def test_a_turn_rebuilt_from_storage_ends_as_it_did_live(chat, use_provider):
+    # A tab that did not hear the end from the turn's own process (it died)
+    # gets the frame rebuilt from the database: the same, request included.
+    use_provider.queue(tool_round([HUMAN]), answer("A person will reply."))
+    turn_id = await chat.ask("Refund, please")
+    ended = await chat.finish(turn_id)
+
+    rebuilt = await database_sync_to_async(records.ended_frame)(turn_id)
+
+    assert "handoff" in ended
+    assert rebuilt == ended
 
 
 async def test_the_visitor_adds_an_email_to_the_models_request(chat, use_provider):
