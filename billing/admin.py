@@ -27,7 +27,7 @@ from django.utils.translation import gettext_lazy as _
 
 from base.admin import ModelAdmin, WrittenByTheApp
 from billing import calibration, charts, days, exports, reports, tokens
-from billing.models import Calibration, LedgerEntry, Price
+from billing.models import Calibration, EmbeddingEntry, LedgerEntry, Price
 from billing.services import price_for
 from billing.templatetags.billing_admin import grouped, money, rate
 
@@ -403,6 +403,35 @@ PRICE_HELP = gettext_noop(
     "deleted. To change it, supersede it: add a row with the same model and the date the new rates take "
     "effect. Model names match in any case, and the longest matching name wins."
 )
+
+
+@admin.register(EmbeddingEntry)
+class EmbeddingEntryAdmin(WrittenByTheApp, ModelAdmin):
+    """What embeddings cost, read-only: the help center's indexing, and the
+    searches of visitors' turns. Append-only, like the ledger."""
+
+    list_display = ["created", "purpose", "model", "input", "passages", "turn_number", "usd"]
+    list_filter = [("created_at", DateRangeFilter), "purpose", "model", PricedFilter]
+    list_per_page = 100
+    actions = None
+    fields = ["created_at", "purpose", "turn_number", "model", "input", "passages", "usd", "input_per_million"]
+    readonly_fields = fields
+
+    @admin.display(description=_("date"), ordering="created_at")
+    def created(self, entry: EmbeddingEntry) -> str:
+        return formats.date_format(timezone.localtime(entry.created_at, days.zone()), "Y-m-d H:i:s")
+
+    @admin.display(description=_("turn"), ordering="turn_id")
+    def turn_number(self, entry: EmbeddingEntry) -> int | None:
+        return entry.turn_id
+
+    @admin.display(description=_("input tokens"), ordering="input_tokens")
+    def input(self, entry: EmbeddingEntry) -> str:
+        return grouped(entry.input_tokens)
+
+    @admin.display(description=_("cost (USD)"), ordering="cost")
+    def usd(self, entry: EmbeddingEntry) -> str:
+        return money(entry.cost)
 
 
 class PriceForm(forms.ModelForm):

@@ -68,13 +68,69 @@ class LedgerEntry(models.Model):
         raise ValueError("Ledger entries are append-only.")
 
 
+class EmbeddingEntry(models.Model):
+    """What embedding cost: indexing the help center (no turn), or the
+    searches of a visitor's turn. Append-only. Only a provider's embeddings
+    are billed: the local model costs nothing."""
+
+    class Purpose(models.TextChoices):
+        INDEXING = "indexing", _("indexing the help center")
+        SEARCH = "search", _("a visitor's search")
+
+    purpose = models.CharField(_("purpose"), max_length=16, choices=Purpose.choices)
+    turn = models.ForeignKey(
+        "chat.Turn",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="embedding_entries",
+        verbose_name=_("turn"),
+    )
+    model = models.CharField(_("model"), max_length=200)
+    input_tokens = models.PositiveIntegerField(_("input tokens"))
+    passages = models.PositiveIntegerField(_("passages"), default=0, help_text=_("Passages embedded (indexing)."))
+    # NULL when no price was in force for the model: unpriced, never a silent 0.
+    cost = models.DecimalField(_("cost"), max_digits=14, decimal_places=8, null=True, blank=True)
+    price = models.ForeignKey(
+        "Price",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="embedding_entries",
+        verbose_name=_("price"),
+    )
+    input_per_million = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = _("embedding entry")
+        verbose_name_plural = _("embedding entries")
+
+    def __str__(self) -> str:
+        return gettext("%(purpose)s: %(cost)s") % {"purpose": self.get_purpose_display(), "cost": self.cost}
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ValueError("Ledger entries are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("Ledger entries are append-only.")
+
+
 class PriceInUse(ValueError):
     """A price that a ledger entry used is history: supersede it instead."""
 
 
 class PriceQuerySet(models.QuerySet):
     def update(self, **kwargs):
-        if LedgerEntry.objects.filter(price__in=self).exists():
+        if (
+            LedgerEntry.objects.filter(price__in=self).exists()
+            or EmbeddingEntry.objects.filter(price__in=self).exists()
+        ):
             raise PriceInUse("A price that ledger entries used cannot be changed; add a later one.")
         return super().update(**kwargs)
 
@@ -130,7 +186,7 @@ class Price(models.Model):
 
     @property
     def in_use(self) -> bool:
-        return self.pk is not None and self.ledger_entries.exists()
+        return self.pk is not None and (self.ledger_entries.exists() or self.embedding_entries.exists())
 
 
 class Calibration(models.Model):

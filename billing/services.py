@@ -17,7 +17,7 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
-from billing.models import LedgerEntry, Price
+from billing.models import EmbeddingEntry, LedgerEntry, Price
 
 logger = logging.getLogger("kookee.billing")
 
@@ -65,8 +65,10 @@ def _all_prices() -> list[Price]:
     cached = _prices
     if cached is not None and time.monotonic() - cached[0] < PRICES_RECHECK_SECONDS:
         return cached[1]
-    used = LedgerEntry.objects.filter(price=OuterRef("pk"))
-    prices = list(Price.objects.annotate(used=Exists(used)).order_by("-effective_from", "-id"))
+    used = Exists(LedgerEntry.objects.filter(price=OuterRef("pk"))) | Exists(
+        EmbeddingEntry.objects.filter(price=OuterRef("pk"))
+    )
+    prices = list(Price.objects.annotate(used=used).order_by("-effective_from", "-id"))
     _prices = (time.monotonic(), prices)
     return prices
 
@@ -162,3 +164,23 @@ def bill_once(
             )
     except IntegrityError:
         return LedgerEntry.objects.get(turn_id=turn_id)
+
+
+def bill_embedding(purpose: str, model: str, input_tokens: int, *, turn_id: int | None = None, passages: int = 0):
+    """Writes one embedding entry: an indexing batch, or a turn's search.
+    Priced now, by the model's input rate; NULL when unpriced."""
+    price = _price_in_force(model, None)
+    if price is None:
+        logger.warning("billing: no price for embedding model=%s; recorded as unpriced", model)
+    elif not getattr(price, "used", False):
+        transaction.on_commit(lambda: _mark_used(price.pk))
+    return EmbeddingEntry.objects.create(
+        purpose=purpose,
+        turn_id=turn_id,
+        model=model,
+        input_tokens=input_tokens,
+        passages=passages,
+        cost=None if price is None else cost_of(price, input_tokens, 0),
+        price=price,
+        input_per_million=price and price.input_per_million,
+    )

@@ -18,6 +18,10 @@ class ChatConfig(AppConfig):
         from chat.ops import monitoring
 
         monitoring.check("channel_layer", _check_channel_layer)
+        # The help center's indexing, when a provider embeds it, is billed.
+        from helpcenter import search
+
+        search.embedded.connect(_bill_indexing, dispatch_uid="chat.bill_indexing")
         checks.register(_email_is_configured, checks.Tags.compatibility, deploy=True)
         checks.register(_email_is_not_printed, checks.Tags.security, deploy=True)
 
@@ -27,6 +31,13 @@ async def _check_channel_layer(timeout: float) -> None:
     from chat.engine import hub
 
     await hub.check(timeout)
+
+
+def _bill_indexing(model: str, tokens: int, passages: int, **kwargs) -> None:
+    from billing.models import EmbeddingEntry
+    from billing.services import bill_embedding
+
+    bill_embedding(EmbeddingEntry.Purpose.INDEXING, model, tokens, passages=passages)
 
 
 def _ensure_roles(**kwargs) -> None:

@@ -32,6 +32,7 @@ ROLES = {
     ],
     "Finance": [
         "billing.view_ledgerentry",
+        "billing.view_embeddingentry",
         "billing.view_calibration",
         "billing.view_price",
         "billing.add_price",

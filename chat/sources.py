@@ -58,8 +58,8 @@ def results_of(calls: Iterable[Any], tool: str) -> list[Any]:
 
 def _links_to(answer: str, url: str) -> bool:
     # "/help/slug/" as a relative or absolute link, with or without the
-    # trailing slash, but not "/help/slug-two/".
-    path = re.escape(url.rstrip("/"))
+    # trailing slash or the section's anchor, but not "/help/slug-two/".
+    path = re.escape(url.split("#", 1)[0].rstrip("/"))
     return re.search(path + r"(?![\w-])", answer) is not None
 
 

@@ -2,10 +2,16 @@
 process, so that a search costs no database round trip and no re-reading of
 every article.
 
-The index is rebuilt when an article changes. Changes made in this process
+It holds the articles (for words: helpcenter/ranking.py), their passages,
+and the passages' vectors under the configured embedding model (for
+meaning: helpcenter/dense.py). Passages not yet embedded are searched by
+words only until the indexer (helpcenter/indexer.py) has embedded them,
+which each recheck asks it to do: it also catches a change of model.
+
+The index is rebuilt when an article changes, or vectors are added. Changes made in this process
 (the admin, the demo loader) drop it at once, through model signals. Changes
 made by another process are seen through a version stamp (how many articles
-there are and the latest `updated_at`), read at most once every
+there are, the latest `updated_at`, and how many vectors the model has), read at most once every
 KOOKEE_HELP_CENTER_RECHECK_SECONDS: one cheap aggregate, not a re-read.
 """
 
@@ -13,8 +19,10 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 
+import numpy as np
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
@@ -22,8 +30,9 @@ from django.db.models import Count, Max
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from helpcenter import ranking
-from helpcenter.models import Article
+from helpcenter import embeddings, passages, ranking
+from helpcenter.dense import Dense
+from helpcenter.models import Article, PassageVector
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,9 @@ class Snapshot:
     index: ranking.Index
     titles: list[str]
     checked_at: float  # time.monotonic() of the last stamp check
+    passages: dict[int, list[passages.Passage]] = dataclass_field(default_factory=dict)  # by article id
+    dense: Dense | None = None
+    missing: int = 0  # passages with no vector under the model
 
     def fresh(self) -> bool:
         return time.monotonic() - self.checked_at < settings.KOOKEE_HELP_CENTER_RECHECK_SECONDS
@@ -61,32 +73,85 @@ def current_sync() -> Snapshot:
         if snapshot is None or snapshot.stamp != stamp:
             snapshot = _build(stamp)
         else:
-            snapshot = Snapshot(snapshot.stamp, snapshot.index, snapshot.titles, time.monotonic())
+            snapshot = replace(snapshot, checked_at=time.monotonic())
         _current = snapshot
-        return snapshot
+    if snapshot.missing:
+        from helpcenter import indexer  # it reads this module's passages
+
+        indexer.kick()
+    return snapshot
 
 
 def _stamp() -> tuple:
     # Unpublished articles count too: publishing one bumps its updated_at.
     found = Article.objects.aggregate(count=Count("id"), latest=Max("updated_at"))
-    return (found["count"], found["latest"])
+    model = embeddings.model_name()
+    vectors = PassageVector.objects.filter(model=model).count() if model else 0
+    return (found["count"], found["latest"], model, vectors)
+
+
+def published_passages() -> dict[int, list[passages.Passage]]:
+    """Every published article's passages, by article id."""
+    articles = Article.objects.filter(published=True).only("id", "title", "body").order_by("id")
+    return {a.id: passages.split(a.id, a.title, a.body) for a in articles}
 
 
 def _build(stamp: tuple) -> Snapshot:
     articles = Article.objects.filter(published=True).only("id", "title", "slug", "body")
     documents = [ranking.Document(a.id, a.title, a.get_absolute_url(), a.body) for a in articles]
-    return Snapshot(stamp, ranking.Index(documents), [d.title for d in documents], time.monotonic())
+    split = {a.id: passages.split(a.id, a.title, a.body) for a in articles}
+    dense, missing = _dense(stamp[2], split)
+    return Snapshot(
+        stamp, ranking.Index(documents), [d.title for d in documents], time.monotonic(), split, dense, missing
+    )
+
+
+def _dense(model: str | None, split: dict[int, list[passages.Passage]]) -> tuple[Dense | None, int]:
+    """The vectors of the passages embedded under the model, and how many
+    passages are not. Vectors of another size than most are a model that
+    changed under the same name: left for the indexer to replace."""
+    if model is None:
+        return None, 0
+    wanted = {p.digest for found in split.values() for p in found}
+    stored = {
+        digest: (size, vector)
+        for digest, size, vector in PassageVector.objects.filter(model=model).values_list(
+            "digest", "dimensions", "vector"
+        )
+        if digest in wanted
+    }
+    sizes = [size for size, _ in stored.values()]
+    size = max(set(sizes), key=sizes.count) if sizes else 0
+    rows, vectors = [], []
+    for found in split.values():
+        for passage in found:
+            at = stored.get(passage.digest)
+            if at is not None and at[0] == size:
+                rows.append(passage)
+                vectors.append(np.frombuffer(bytes(at[1]), dtype="<f4"))
+    missing = sum(len(found) for found in split.values()) - len(rows)
+    if not rows:
+        return None, missing
+    return Dense(model, rows, np.vstack(vectors)), missing
 
 
 @receiver(post_save, sender=Article)
 @receiver(post_delete, sender=Article)
 def _article_changed(**kwargs) -> None:
-    _forget()
+    forget()
     # Again once the change is committed: a search in another thread before
-    # then would rebuild from the old rows and keep them as fresh.
-    transaction.on_commit(_forget)
+    # then would rebuild from the old rows and keep them as fresh. Then the
+    # changed passages are embedded, in the background.
+    transaction.on_commit(forget)
+    transaction.on_commit(_embed)
 
 
-def _forget() -> None:
+def _embed() -> None:
+    from helpcenter import indexer
+
+    indexer.kick()
+
+
+def forget() -> None:
     global _current
     _current = None

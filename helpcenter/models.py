@@ -23,3 +23,24 @@ class Article(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("help-article", args=[self.slug])
+
+
+class PassageVector(models.Model):
+    """A passage's embedding under one model, named by the digest of the text
+    the model read (helpcenter/passages.py): an edit re-embeds only the
+    sections it changed, and a change of model finds no vectors for the new
+    one, so everything is embedded again (helpcenter/indexer.py)."""
+
+    model = models.CharField(_("model"), max_length=200)
+    digest = models.CharField(_("digest"), max_length=64)
+    dimensions = models.PositiveIntegerField(_("dimensions"))
+    vector = models.BinaryField(_("vector"))  # float32, little-endian, normalised
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint("model", "digest", name="one_vector_per_model_and_passage")]
+        verbose_name = _("passage vector")
+        verbose_name_plural = _("passage vectors")
+
+    def __str__(self) -> str:
+        return f"{self.model} {self.digest[:12]}"

@@ -124,7 +124,6 @@ class Index:
         self._average_length = sum(self._lengths) / len(documents) if documents else 0.0
         self._titles = [frozenset(terms(d.title)) for d in documents]
         self._containing: Counter[str] = Counter(term for bag in self._bags for term in bag)
-        self._paragraphs: dict[int, list[tuple[str, frozenset[str]]]] = {}
 
     def rank(self, query: str, limit: int = 3) -> list[Document]:
         """The documents that best match the query, best first, whether or
@@ -155,21 +154,6 @@ class Index:
         hits.sort(key=lambda hit: (-hit.relevance, hit.document.id))
         return hits[:limit]
 
-    def snippet(self, query: str, document: Document) -> str:
-        """The paragraph of the document that matches the query best, as plain text."""
-        paragraphs = self._paragraphs.get(document.id)
-        if paragraphs is None:
-            plain = [_plain(p) for p in re.split(r"\n\s*\n", document.body) if p.strip()]
-            paragraphs = self._paragraphs[document.id] = [(p, frozenset(terms(p))) for p in plain if p]
-        if not paragraphs:
-            return ""
-        wanted = set(terms(query))
-        # The first of the paragraphs with the most query terms.
-        best = max(enumerate(paragraphs), key=lambda item: (len(wanted & item[1][1]), -item[0]))[1][0]
-        if len(best) <= SNIPPET_CHARS:
-            return best
-        return best[:SNIPPET_CHARS].rsplit(" ", 1)[0] + "…"
-
     def _idf(self, term: str) -> float:
         return self._idf_of(self._containing.get(term, 0))
 
@@ -184,6 +168,19 @@ class Index:
                 norm = frequency + K1 * (1 - B + B * length / self._average_length)
                 score += weight * frequency * (K1 + 1) / norm
         return score
+
+
+def snippet(query: str, markdown: str) -> str:
+    """The paragraph of the text that matches the query best (the first of
+    those with the most query terms), as plain text of at most SNIPPET_CHARS."""
+    paragraphs = [p for p in (_plain(p) for p in re.split(r"\n\s*\n", markdown) if p.strip()) if p]
+    if not paragraphs:
+        return ""
+    wanted = set(terms(query))
+    best = max(enumerate(paragraphs), key=lambda item: (len(wanted & set(terms(item[1]))), -item[0]))[1]
+    if len(best) <= SNIPPET_CHARS:
+        return best
+    return best[:SNIPPET_CHARS].rsplit(" ", 1)[0] + "…"
 
 
 def normalised(query: str) -> str:

@@ -303,6 +303,22 @@ KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
 # How often a process checks whether another one changed the help center
 # (its own changes show at once); see helpcenter/index.py.
 KOOKEE_HELP_CENTER_RECHECK_SECONDS = env.float("KOOKEE_HELP_CENTER_RECHECK_SECONDS", default=5.0)
+# Search by meaning as well as by words (helpcenter/embeddings.py): `local`
+# (a model installed with the package, no network), `provider` (an
+# OpenAI-compatible /v1/embeddings, by default the chat provider's URL and
+# key) or `off`. A query waits at most KOOKEE_EMBEDDINGS_TIMEOUT seconds,
+# then the search goes on with words alone.
+KOOKEE_EMBEDDINGS = env.str("KOOKEE_EMBEDDINGS", default="local")
+if KOOKEE_EMBEDDINGS not in ("local", "provider", "off"):
+    raise ImproperlyConfigured("KOOKEE_EMBEDDINGS must be local, provider or off.")
+KOOKEE_EMBEDDINGS_MODEL = env.str(
+    "KOOKEE_EMBEDDINGS_MODEL",
+    default="text-embedding-3-small" if KOOKEE_EMBEDDINGS == "provider" else "multilingual-e5-small-q4",
+)
+KOOKEE_EMBEDDINGS_BASE_URL = env.str("KOOKEE_EMBEDDINGS_BASE_URL", default=OPENAI_BASE_URL)
+KOOKEE_EMBEDDINGS_API_KEY = env.str("KOOKEE_EMBEDDINGS_API_KEY", default=OPENAI_API_KEY)
+KOOKEE_EMBEDDINGS_TIMEOUT = env.float("KOOKEE_EMBEDDINGS_TIMEOUT", default=2.0)
+KOOKEE_EMBEDDINGS_BATCH = env.int("KOOKEE_EMBEDDINGS_BATCH", default=32)
 # Handoff to a person (chat/support/handoffs.py). Support is emailed at these
 # addresses (default: every active member of the Support group with one),
 # and the webhook, if set, gets a signed JSON POST, with a timeout per

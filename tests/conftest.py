@@ -56,7 +56,16 @@ def fresh_caches():
 
     forget_prices()
     calibration.forget()
-    help_center._forget()
+    help_center.forget()
+
+
+@pytest.fixture(autouse=True)
+def no_background_indexer(monkeypatch):
+    """Tests embed the help center in the foreground (indexer.embed_missing):
+    a thread behind them would write to the next test's database."""
+    from helpcenter import indexer
+
+    monkeypatch.setattr(indexer, "ENABLED", False)
 
 
 @pytest.fixture(autouse=True)

@@ -12,3 +12,9 @@ from kookee.settings import *  # noqa: F403
 
 # Logging in test users: a fast hash, not a deliberately slow one.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# Search by words unless a test asks for meaning too: a test's help center
+# is embedded by the tests that need it (tests/helpcenter/), not behind
+# every test that saves an article.
+KOOKEE_EMBEDDINGS = os.environ.get("KOOKEE_EMBEDDINGS", "off")
+KOOKEE_EMBEDDINGS_MODEL = os.environ.get("KOOKEE_EMBEDDINGS_MODEL", "multilingual-e5-small-q4")

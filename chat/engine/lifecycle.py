@@ -27,6 +27,7 @@ from chat.engine import checkpointer, hub, records
 from chat.ops import metrics
 from chat.support import handoffs
 from chat.vocabulary import StopReason
+from helpcenter import search
 
 logger = logging.getLogger("kookee.lifecycle")
 
@@ -138,3 +139,5 @@ async def sweep() -> None:
             await hub.announce_ended(visitor, turn_id, frame)
     # And the notices to Support that a lost process never finished.
     await handoffs.resend_lost()
+    # And the help center's passages not yet embedded (a change of model).
+    await database_sync_to_async(search.sweep)()

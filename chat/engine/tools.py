@@ -9,6 +9,10 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Any
 
+from channels.db import database_sync_to_async
+
+from billing.models import EmbeddingEntry
+from billing.services import bill_embedding
 from chat.engine.rounds import Tool
 from chat.support import handoffs
 from chat.vocabulary import HANDOFF_TOOL, SEARCH_TOOL
@@ -31,7 +35,13 @@ def with_advice(result: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _search_help_center(query: str) -> dict[str, Any]:
-    return with_advice(await search.search(query))
+    result, spent = await search.search_spending(query)
+    if spent is not None:
+        # Embedding the query cost money: billed with the turn that asked.
+        await database_sync_to_async(bill_embedding)(
+            EmbeddingEntry.Purpose.SEARCH, spent.model, spent.tokens, turn_id=current_turn.get(None)
+        )
+    return with_advice(result)
 
 
 async def _request_human(reason: str = "") -> dict[str, Any]:

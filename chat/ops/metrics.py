@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterable
 
 from django.conf import settings
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, disable_created_metrics
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from chat.vocabulary import ENDINGS, PROVIDER_FAULTS
+from helpcenter import search
 
 # No `_created` series beside each counter: they double the output and
 # nothing here reads them.
@@ -83,10 +84,19 @@ class _Live(Collector):
         return [GaugeMetricFamily(name, text) for name, text in GAUGES.items()]
 
     def collect(self) -> Iterable[Metric]:
-        return [
+        found: list[Metric] = [
             GaugeMetricFamily(name, text, value=_readers[name]() if name in _readers else 0)
             for name, text in GAUGES.items()
         ]
+        # Kept by the help center itself, which knows nothing of this module.
+        fallbacks = CounterMetricFamily(
+            "kookee_search_fallbacks",
+            "Help-center searches by words only, their query not embedded, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in search.fallbacks.items():
+            fallbacks.add_metric([reason], count)
+        return [*found, fallbacks]
 
 
 class _Metrics:

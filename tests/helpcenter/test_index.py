@@ -76,7 +76,7 @@ def test_a_snapshot_holds_the_published_articles(articles):
     assert snapshot.titles == ["Install the widget", "Refund policy"]
     assert [d.title for d in snapshot.index.rank("refund")] == ["Refund policy"]
     assert snapshot.index.rank("quantum") == []
-    assert snapshot.stamp == (3, Article.objects.latest("updated_at").updated_at)
+    assert snapshot.stamp == (3, Article.objects.latest("updated_at").updated_at, None, 0)
 
 
 def test_a_fresh_snapshot_costs_no_query(articles, django_assert_num_queries):
@@ -277,9 +277,9 @@ async def test_the_sync_and_async_tools_give_the_same_results(slow_recheck):
     await database_sync_to_async(call_command)("load_demo_help_center", stdout=io.StringIO())
     for query in QUERIES:
         # Each way builds its own index (the cache dropped as a save would).
-        help_center._forget()
+        help_center.forget()
         from_the_loop = await SEARCH_HELP_CENTER.run(query=query)
-        help_center._forget()
+        help_center.forget()
         from_a_thread = with_advice(await database_sync_to_async(search_help_center_sync)(query))
         assert from_the_loop == from_a_thread
     assert (await SEARCH_HELP_CENTER.run(query="install the widget"))["articles"], "the demo content is searchable"

@@ -1,0 +1,52 @@
+"""Ranking by meaning: every passage's vector in one matrix, in memory, so
+that a query costs one matrix product (about 2 ms for 20,000 passages of 384
+dimensions; docs/benchmarks.md). A help center of tens of thousands of
+passages needs no vector index; past a few hundred thousand, one would pay.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from helpcenter.passages import Passage
+
+
+class Nearest:
+    """Each article's closest passage to a query, and how far the best one
+    stands out from the rest of the help center."""
+
+    def __init__(self, dense: Dense, cosines: np.ndarray) -> None:
+        self._dense = dense
+        self._cosines = cosines
+        best = np.maximum.reduceat(cosines, dense.starts)
+        self.similarity = {article: float(best[i]) for i, article in enumerate(dense.articles)}
+        self.ranked = [dense.articles[i] for i in np.argsort(-best, kind="stable")]  # closest first
+        # The best article's cosine in standard deviations above the
+        # articles' mean: comparable across models, whose cosines are not.
+        spread = float(best.std())
+        self.standout = float((best.max() - best.mean()) / spread) if spread > 0 else 0.0
+
+    def passage(self, article: int) -> Passage:
+        """The article's passage closest to the query."""
+        start, end = self._dense.rows[article]
+        return self._dense.passages[start + int(np.argmax(self._cosines[start:end]))]
+
+
+class Dense:
+    def __init__(self, model: str, passages: list[Passage], matrix: np.ndarray) -> None:
+        self.model = model
+        self.passages = passages  # in article order: each article's rows are together
+        self.matrix = matrix
+        self.dimensions = int(matrix.shape[1]) if matrix.ndim == 2 and len(passages) else 0
+        ids = np.array([p.article_id for p in passages])
+        # Where each article's rows start, for a per-article maximum in one call.
+        self.starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(passages) else np.array([], dtype=int)
+        self.articles = [int(ids[i]) for i in self.starts]
+        ends = [*self.starts[1:], len(passages)]
+        self.rows = {article: (int(s), int(e)) for article, s, e in zip(self.articles, self.starts, ends, strict=True)}
+
+    def nearest(self, vector: np.ndarray) -> Nearest | None:
+        """None when the vector is of another model's size, or nothing is embedded."""
+        if not self.passages or vector.shape[-1] != self.dimensions:
+            return None
+        return Nearest(self, self.matrix @ vector.reshape(-1))

