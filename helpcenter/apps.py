@@ -7,5 +7,6 @@ class HelpCenterConfig(AppConfig):
     verbose_name = _("Help center")
 
     def ready(self) -> None:
-        # The search index forgets itself when an article changes (signals).
-        from helpcenter import index  # noqa: F401
+        # The search index forgets itself when an article changes, and the
+        # indexer embeds its new passages (signals).
+        from helpcenter import index, indexer  # noqa: F401

@@ -15,16 +15,22 @@ class Nearest:
     """Each article's closest passage to a query, and how far the best one
     stands out from the rest of the help center."""
 
-    def __init__(self, dense: Dense, cosines: np.ndarray) -> None:
+    def __init__(self, dense: Dense, cosines: np.ndarray, limit: int) -> None:
         self._dense = dense
         self._cosines = cosines
-        best = np.maximum.reduceat(cosines, dense.starts)
-        self.similarity = {article: float(best[i]) for i, article in enumerate(dense.articles)}
-        self.ranked = [dense.articles[i] for i in np.argsort(-best, kind="stable")]  # closest first
+        self._best = best = np.maximum.reduceat(cosines, dense.starts)
+        # The closest `limit` articles, closest first: all that a fusion of
+        # rankings can lift into the first few.
+        top = np.argpartition(-best, limit - 1)[:limit] if limit < len(best) else np.arange(len(best))
+        self.ranked = [dense.articles[i] for i in top[np.lexsort((top, -best[top]))]]
         # The best article's cosine in standard deviations above the
         # articles' mean: comparable across models, whose cosines are not.
         spread = float(best.std())
         self.standout = float((best.max() - best.mean()) / spread) if spread > 0 else 0.0
+
+    def similarity(self, article: int) -> float:
+        at = self._dense.position.get(article)
+        return 0.0 if at is None else float(self._best[at])
 
     def passage(self, article: int) -> Passage:
         """The article's passage closest to the query."""
@@ -42,11 +48,12 @@ class Dense:
         # Where each article's rows start, for a per-article maximum in one call.
         self.starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(passages) else np.array([], dtype=int)
         self.articles = [int(ids[i]) for i in self.starts]
+        self.position = {article: i for i, article in enumerate(self.articles)}
         ends = [*self.starts[1:], len(passages)]
         self.rows = {article: (int(s), int(e)) for article, s, e in zip(self.articles, self.starts, ends, strict=True)}
 
-    def nearest(self, vector: np.ndarray) -> Nearest | None:
+    def nearest(self, vector: np.ndarray, limit: int = 100) -> Nearest | None:
         """None when the vector is of another model's size, or nothing is embedded."""
         if not self.passages or vector.shape[-1] != self.dimensions:
             return None
-        return Nearest(self, self.matrix @ vector.reshape(-1))
+        return Nearest(self, self.matrix @ vector.reshape(-1), limit)

@@ -5,8 +5,8 @@ every article.
 It holds the articles (for words: helpcenter/ranking.py), their passages,
 and the passages' vectors under the configured embedding model (for
 meaning: helpcenter/dense.py). Passages not yet embedded are searched by
-words only until the indexer (helpcenter/indexer.py) has embedded them,
-which each recheck asks it to do: it also catches a change of model.
+words only until the indexer (helpcenter/indexer.py) has embedded them:
+a search that finds some missing asks it to (a change of model, too).
 
 The index is rebuilt when an article changes, or vectors are added. Changes made in this process
 (the admin, the demo loader) drop it at once, through model signals. Changes
@@ -75,10 +75,6 @@ def current_sync() -> Snapshot:
         else:
             snapshot = replace(snapshot, checked_at=time.monotonic())
         _current = snapshot
-    if snapshot.missing:
-        from helpcenter import indexer  # it reads this module's passages
-
-        indexer.kick()
     return snapshot
 
 
@@ -140,16 +136,9 @@ def _dense(model: str | None, split: dict[int, list[passages.Passage]]) -> tuple
 def _article_changed(**kwargs) -> None:
     forget()
     # Again once the change is committed: a search in another thread before
-    # then would rebuild from the old rows and keep them as fresh. Then the
-    # changed passages are embedded, in the background.
+    # then would rebuild from the old rows and keep them as fresh. (The
+    # indexer embeds the changed passages: helpcenter/indexer.py.)
     transaction.on_commit(forget)
-    transaction.on_commit(_embed)
-
-
-def _embed() -> None:
-    from helpcenter import indexer
-
-    indexer.kick()
 
 
 def forget() -> None:

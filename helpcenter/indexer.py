@@ -17,11 +17,12 @@ import time
 
 import numpy as np
 from django.conf import settings
-from django.db import close_old_connections
-from django.dispatch import Signal
+from django.db import close_old_connections, transaction
+from django.db.models.signals import post_save
+from django.dispatch import Signal, receiver
 
 from helpcenter import embeddings, index
-from helpcenter.models import PassageVector
+from helpcenter.models import Article, PassageVector
 from helpcenter.passages import Passage
 
 logger = logging.getLogger("kookee.helpcenter")
@@ -115,6 +116,11 @@ def reindex(prune: bool = True) -> tuple[int, int]:
                 deleted += PassageVector.objects.filter(pk__in=unused[start : start + 500]).delete()[0]
         index.forget()
     return done, deleted
+
+
+@receiver(post_save, sender=Article)
+def _article_saved(**kwargs) -> None:
+    transaction.on_commit(kick)
 
 
 # The background thread: one per process, started on the first kick.

@@ -59,6 +59,9 @@ logger = logging.getLogger("kookee.helpcenter")
 
 RESULTS = 3
 HIGH, LOW = "high", "low"
+# How deep each ranking is read for the fusion: below it, 1 / (K + rank)
+# cannot lift an article into the first few.
+CANDIDATES = 100
 # Reciprocal rank fusion's constant (score 1 / (K + rank) from each ranking).
 FUSION_K = 30
 # Words and meaning agree on the best article, and its passage's cosine is
@@ -89,7 +92,7 @@ def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None)
     none is high. Raises ValueError for an empty query."""
     _check(query)
     found = snapshot.index
-    hits = {hit.document.id: hit for hit in found.hits(query, limit=len(found.documents))}
+    hits = {hit.document.id: hit for hit in found.hits(query, limit=CANDIDATES)}
     by_words = list(hits)
     fused: dict[int, float] = {}
     for ranked in (by_words, near.ranked if near else []):
@@ -139,7 +142,7 @@ def _article(
     if passage and passage.heading:
         found["section"] = passage.heading
     if near is not None:
-        found["similarity"] = round(near.similarity.get(document.id, 0.0), 3)
+        found["similarity"] = round(near.similarity(document.id), 3)
     return found
 
 
@@ -158,6 +161,8 @@ async def search_spending(query: str) -> tuple[dict[str, Any], Spent | None]:
     thread. A query that cannot be embedded is searched by words alone."""
     _check(query)
     snapshot = await index.current()
+    if snapshot.missing:
+        indexer.kick()
     embedder = _embedder_for(snapshot)
     embedded = None
     if embedder is not None:
@@ -179,6 +184,8 @@ def search_sync(query: str) -> dict[str, Any]:
     """search, from sync code (the help pages)."""
     _check(query)
     snapshot = index.current_sync()
+    if snapshot.missing:
+        indexer.kick()
     embedder = _embedder_for(snapshot)
     embedded = None
     if embedder is not None:

@@ -311,10 +311,8 @@ KOOKEE_HELP_CENTER_RECHECK_SECONDS = env.float("KOOKEE_HELP_CENTER_RECHECK_SECON
 KOOKEE_EMBEDDINGS = env.str("KOOKEE_EMBEDDINGS", default="local")
 if KOOKEE_EMBEDDINGS not in ("local", "provider", "off"):
     raise ImproperlyConfigured("KOOKEE_EMBEDDINGS must be local, provider or off.")
-KOOKEE_EMBEDDINGS_MODEL = env.str(
-    "KOOKEE_EMBEDDINGS_MODEL",
-    default="text-embedding-3-small" if KOOKEE_EMBEDDINGS == "provider" else "multilingual-e5-small-q4",
-)
+_embeddings_model = "text-embedding-3-small" if KOOKEE_EMBEDDINGS == "provider" else "multilingual-e5-small-q4"
+KOOKEE_EMBEDDINGS_MODEL = env.str("KOOKEE_EMBEDDINGS_MODEL", default=_embeddings_model)
 KOOKEE_EMBEDDINGS_BASE_URL = env.str("KOOKEE_EMBEDDINGS_BASE_URL", default=OPENAI_BASE_URL)
 KOOKEE_EMBEDDINGS_API_KEY = env.str("KOOKEE_EMBEDDINGS_API_KEY", default=OPENAI_API_KEY)
 KOOKEE_EMBEDDINGS_TIMEOUT = env.float("KOOKEE_EMBEDDINGS_TIMEOUT", default=2.0)

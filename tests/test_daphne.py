@@ -8,6 +8,7 @@ import concurrent.futures
 import json
 import os
 import re
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 import websockets
 
 from tests.provider import ScriptedProvider, WaitFor, text
-from tests.servers import daphne
+from tests.servers import ROOT, _template, daphne
 
 
 def _session_cookie(address: str) -> str:
@@ -98,7 +99,7 @@ async def test_offline_model_over_daphne(offline_server):
         question = (await visitor.ask("How do I cancel my subscription?"))["turn_id"]
         ended = await visitor.receive_until("turn.ended")
         assert (ended["status"], ended["generations"]) == ("completed", 2)
-        assert "(/help/cancel-subscription/)" in visitor.text_of(question)
+        assert re.search(r"\(/help/cancel-subscription/(#[\w-]+)?\)", visitor.text_of(question))
         assert _stored(database, question) == ("completed", 0, visitor.text_of(question), 2, 1)
 
         stopped = (await visitor.ask("What can you do?"))["turn_id"]
@@ -113,6 +114,71 @@ async def test_offline_model_over_daphne(offline_server):
     assert "chat/chat.js" in page
     assert "Stopped" in await asyncio.to_thread(_page, address, cookie, "/static/chat/chat.js")
     assert '"user_text": "How do I cancel my subscription?"' in page
+
+
+def _manage(database: Path, *args: str, **env: str) -> str:
+    environment = {**os.environ, "DATABASE_URL": f"sqlite:///{database}", "OPENAI_API_KEY": "", **env}
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args], env=environment, cwd=ROOT, check=True, capture_output=True, text=True
+    )
+    return done.stdout
+
+
+def _search_results(database: Path, turn_id: int) -> list[dict]:
+    with sqlite3.connect(database) as db:
+        rows = db.execute(
+            "select result from chat_toolcall join chat_generation on chat_generation.id = generation_id "
+            "where turn_id = ? and name = 'search_help_center'",
+            [turn_id],
+        ).fetchall()
+    return [json.loads(result) for (result,) in rows]
+
+
+async def test_the_default_set_up_finds_answers_by_meaning_and_follows_edits(tmp_path):
+    # The default: the offline model, and the local embedding model. The
+    # help center is embedded first, as `reindex_help_center` does.
+    database = tmp_path / "db.sqlite3"
+    shutil.copyfile(_template(), database)
+    local = {"KOOKEE_EMBEDDINGS": "local", "KOOKEE_EMBEDDINGS_MODEL": "multilingual-e5-small-q4"}
+    assert "embedded with multilingual-e5-small-q4" in _manage(database, "reindex_help_center", **local)
+    env = {**local, "KOOKEE_OFFLINE_TOKENS_PER_SECOND": "500", "KOOKEE_HELP_CENTER_RECHECK_SECONDS": "0.5"}
+    with daphne(tmp_path, **env) as (address, _, _):
+        cookie = _session_cookie(address)
+        async with _connect(address, cookie) as socket:
+            visitor = Visitor(socket)
+            # None of the article's words: "end our plan", "stop paying".
+            asked = "We're not using it anymore and I want to stop paying. How do I end our plan?"
+            turn = (await visitor.ask(asked))["turn_id"]
+            await visitor.receive_until("turn.ended")
+            assert "/help/cancel-subscription/" in visitor.text_of(turn)
+            [result] = _search_results(database, turn)
+            first = result["articles"][0]
+            assert first["url"].startswith("/help/cancel-subscription/") and first["confidence"] == "high"
+            assert first["similarity"] > 0 and "by_words_only" not in result
+
+            # Another process renames the article; this one answers with the
+            # new title within seconds (its index rechecks, and embeds the
+            # changed passages itself: the editing process is gone).
+            _manage(
+                database,
+                "shell",
+                "-c",
+                "from helpcenter.models import Article; a = Article.objects.get(slug='cancel-subscription'); "
+                "a.title = 'Ending your Kookee plan'; a.save()",
+                **local,
+            )
+            deadline = time.monotonic() + 60
+            while True:
+                turn = (await visitor.ask(asked))["turn_id"]
+                await visitor.receive_until("turn.ended")
+                [result] = _search_results(database, turn)
+                first = result["articles"][0]
+                if first["title"] == "Ending your Kookee plan" and "by_words_only" not in result:
+                    break
+                assert time.monotonic() < deadline, result
+                await asyncio.sleep(0.5)
+            assert first["confidence"] == "high"
+            assert "Ending your Kookee plan" in visitor.text_of(turn)
 
 
 async def test_handshake_is_refused_without_session_or_from_another_origin(offline_server):

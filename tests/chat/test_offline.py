@@ -82,8 +82,8 @@ async def test_a_two_part_question_makes_two_parallel_calls(chat):
     calls = await tool_calls_of(turn_id)
     assert [r for r, _ in calls] == [1, 1]  # both in the first round
     answer = chat.text_of(turn_id)
-    assert "(/help/refund-policy/)" in answer
-    assert "(/help/export-your-data/)" in answer
+    assert "(/help/refund-policy/" in answer
+    assert "(/help/export-your-data/" in answer
 
 
 async def test_it_is_deterministic(chat):
@@ -153,7 +153,7 @@ async def test_a_question_the_help_center_does_not_answer_offers_a_person(chat):
 async def test_an_answered_question_still_cites_its_article(chat):
     turn_id = await chat.ask("Can I get my money back if I cancel?")
     ended = await chat.finish(turn_id)
-    assert [s["url"] for s in ended["sources"]] == ["/help/refund-policy/"]
+    assert [s["url"].split("#")[0] for s in ended["sources"]] == ["/help/refund-policy/"]
     assert offline.OFFER["en"] not in chat.text_of(turn_id)
 
 
@@ -183,7 +183,7 @@ async def test_a_portuguese_question_is_searched_in_english_and_answered_in_port
     assert json.loads(arguments) == {"query": "como export meus data para csv"}  # the help center's words
     assert chat.text_of(turn_id).startswith(offline.SAID["pt"]["narration"])
     assert offline.SAID["pt"]["found"] in chat.text_of(turn_id)
-    assert [s["url"] for s in ended["sources"]] == ["/help/export-your-data/"]
+    assert [s["url"].split("#")[0] for s in ended["sources"]] == ["/help/export-your-data/"]
 
 
 async def test_a_portuguese_question_the_help_center_does_not_answer_offers_a_person_in_portuguese(chat):

@@ -1,0 +1,111 @@
+"""Search at 5,000 articles: what one search adds to a turn, and what the
+index costs a process in memory (make bench runs it; docs/benchmarks.md).
+
+The articles are the demo help center's sections, recombined under new
+titles (about 22,000 passages). Their vectors are random unit vectors of the
+local model's size, 384: ranking costs the same whatever they mean, and
+embedding 22,000 passages with the local model would take twenty minutes of
+this machine. The query is embedded by the real local model.
+
+    .venv/bin/python bench/search_scale.py [--articles 5000] [--queries 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kookee.settings")
+os.environ.setdefault("DJANGO_DEBUG", "true")
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--articles", type=int, default=5000)
+    parser.add_argument("--queries", type=int, default=300)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    import numpy as np
+
+    from helpcenter import embeddings, index, passages, ranking, search
+    from helpcenter.dense import Dense
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import eval as evaluation
+
+    demo = evaluation.demo_articles()
+    sections = [s for a in demo for s in passages.sections(a["body"]) if s[1]]
+    words = sorted({w for a in demo for w in a["title"].split()})
+    rng = random.Random(22)
+    generated = []
+    for number in range(1, args.articles + 1):
+        title = " ".join(rng.sample(words, 5))
+        body = "\n\n".join(f"## {heading}\n\n{text}" for _, heading, text in rng.sample(sections, 4))
+        generated.append((number, title, body))
+
+    before = rss_mb()
+    started = time.perf_counter()
+    documents = [ranking.Document(n, t, f"/help/a-{n}/", b) for n, t, b in generated]
+    split = {n: passages.split(n, t, b) for n, t, b in generated}
+    rows = [p for found in split.values() for p in found]
+    vectors = np.random.default_rng(22).standard_normal((len(rows), 384), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    dense = Dense("random", rows, vectors)
+    snapshot = index.Snapshot((0,), ranking.Index(documents), [d.title for d in documents], 0.0, split, dense, 0)
+    built = time.perf_counter() - started
+    memory = rss_mb() - before
+
+    local = embeddings.Local(embeddings.LOCAL_MODEL)
+    asked = [q["text"] for q in evaluation.questions()]
+    local.query_sync("warm up")
+    embed_ms, rank_ms, words_ms = [], [], []
+    for question in (asked * (args.queries // len(asked) + 1))[: args.queries]:
+        t0 = time.perf_counter()
+        vector = local.query_sync(question).vectors[0]
+        t1 = time.perf_counter()
+        search.search_in(snapshot, question, dense.nearest(vector))
+        t2 = time.perf_counter()
+        search.search_in(snapshot, question)
+        t3 = time.perf_counter()
+        embed_ms.append((t1 - t0) * 1000)
+        rank_ms.append((t2 - t1) * 1000)
+        words_ms.append((t3 - t2) * 1000)
+    total = [e + r for e, r in zip(embed_ms, rank_ms, strict=True)]
+    figures = {
+        "articles": args.articles,
+        "passages": len(rows),
+        "index_build_s": round(built, 2),
+        "index_memory_mb": round(memory, 1),
+        "vectors_mb": round(vectors.nbytes / 2**20, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "query_embedding_ms_p50_p99": [round(percentile(embed_ms, 0.5), 2), round(percentile(embed_ms, 0.99), 2)],
+        "hybrid_ranking_ms_p50_p99": [round(percentile(rank_ms, 0.5), 2), round(percentile(rank_ms, 0.99), 2)],
+        "words_only_ms_p50_p99": [round(percentile(words_ms, 0.5), 2), round(percentile(words_ms, 0.99), 2)],
+        "search_total_ms_p50_p99": [round(percentile(total, 0.5), 2), round(percentile(total, 0.99), 2)],
+    }
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
