@@ -77,14 +77,14 @@ def _snapshot(embedder: Any = None) -> Any:
     return index.Snapshot((len(documents), None), ranking.Index(documents), titles, 0.0, split, dense, 0)
 
 
-_matrices: dict[tuple[str, tuple[str, ...]], Any] = {}
+_matrices: dict[tuple[str, str, tuple[str, ...]], Any] = {}
 
 
 def _embedded(embedder: Any, texts: tuple[str, ...]) -> Any:
     """The passages' vectors, once per model in a run (several configurations share them)."""
     import numpy as np
 
-    key = (embedder.model, texts)
+    key = (type(embedder).__name__, embedder.model, texts)
     if key not in _matrices:
         _matrices[key] = np.vstack(
             [embedder.passages(list(texts[i : i + 32])).vectors for i in range(0, len(texts), 32)]
@@ -268,6 +268,7 @@ def main() -> None:
     parser.add_argument("--split", default="test", choices=["test", "tune", "all"])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--misses", action="store_true", help="list the questions not answered first")
+    parser.add_argument("--save", action="store_true", help="keep the figures for docs/benchmarks.md (make bench)")
     args = parser.parse_args()
     asked = questions(args.split)
     rows = {}
@@ -276,8 +277,13 @@ def main() -> None:
         rows[name] = measure(search, asked)
         for lang in ("en", "pt"):
             rows[f"{name} ({lang} only)"] = measure(search, [q for q in asked if q["lang"] == lang])
+    figures = {k: {n: v for n, v in m.items() if n != "misses"} for k, m in rows.items()}
+    if args.save:
+        from harness import save
+
+        save("eval", {"split": args.split, "rows": figures})
     if args.json:
-        print(json.dumps({k: {n: v for n, v in m.items() if n != "misses"} for k, m in rows.items()}, indent=2))
+        print(json.dumps(figures, indent=2))
         return
     print(f"split: {args.split} ({len(asked)} questions)\n")
     print(table(rows))

@@ -195,6 +195,17 @@ async def test_each_recording_shows_in_the_exposition(with_token, settings):
     assert ("process_resident_memory_bytes", labels()) in found
 
 
+async def test_searches_by_words_only_are_counted_by_reason(with_token, monkeypatch):
+    from helpcenter import search
+
+    monkeypatch.setitem(search.fallbacks, "timeout", 3)
+    monkeypatch.setitem(search.fallbacks, "error", 1)
+    found = samples(await scrape(Authorization=f"Bearer {TOKEN}"))
+    assert found["kookee_search_fallbacks_total", labels(reason="timeout")] == 3
+    assert found["kookee_search_fallbacks_total", labels(reason="error")] == 1
+    assert found["kookee_search_fallbacks_total", labels(reason="dimensions")] == 0
+
+
 async def test_labels_stay_within_fixed_sets(with_token, use_provider):
     metrics.model_call("gpt-4o-mini", 1, 1, 0.1, 0.05, error_type="provider_timeout")
     metrics.model_call("a-model-from-nowhere", 1, 1, 0.1, 0.05, error_type="ConnectionResetError")

@@ -5,8 +5,10 @@ One page serves the whole module: every test is an evaluate call on it."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -721,3 +723,25 @@ def test_render_into_recovers_from_an_emptied_container_and_shrinking_text(md):
         }"""
     )
     assert html == ["<p>a</p><p>b</p>", "", "<p>a</p><p>c</p>"]
+
+
+def test_an_article_page_has_an_anchor_on_each_section(browser, offline_app):
+    # Search results link to sections (/help/SLUG/#anchor): the page's
+    # headings carry the anchors the server named, and a link opens there.
+    from helpcenter import passages
+
+    fixture = Path(__file__).resolve().parents[2] / "helpcenter" / "fixtures" / "help_center.json"
+    [body] = [a["fields"]["body"] for a in json.loads(fixture.read_text()) if a["fields"]["slug"] == "refund-policy"]
+    anchors = passages.anchors(body)
+    assert len(anchors) >= 3
+    context = browser.new_context(viewport={"width": 800, "height": 400})
+    page = context.new_page()
+    try:
+        page.goto(f"{offline_app.url}/help/refund-policy/#{anchors[-1]}")
+        ids = page.eval_on_selector_all("#article-body :is(h1, h2, h3, h4, h5, h6)", "found => found.map(h => h.id)")
+        assert ids == anchors
+        top = page.evaluate(f"document.getElementById({json.dumps(anchors[-1])}).getBoundingClientRect().top")
+        assert 0 <= top < 400, "the page opens at the linked section"
+        assert page.evaluate("window.scrollY") > 0
+    finally:
+        context.close()

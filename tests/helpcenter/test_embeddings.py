@@ -36,8 +36,25 @@ def server(settings):
 
 
 @pytest.fixture
-def help_center(db):
+def help_center(db, settings):
+    # Loaded with embeddings off: each test embeds (or not) itself.
+    kind, settings.KOOKEE_EMBEDDINGS = settings.KOOKEE_EMBEDDINGS, "off"
     call_command("load_demo_help_center", stdout=io.StringIO())
+    settings.KOOKEE_EMBEDDINGS = kind
+
+
+def test_the_demo_loader_embeds_what_it_loads(server, db):
+    out = io.StringIO()
+    call_command("load_demo_help_center", stdout=out)
+    assert f"passage(s) embedded with {MODEL}" in out.getvalue()
+    assert index.current_sync().missing == 0
+    server.always = Fault(status=500)
+    article = Article.objects.filter(published=True).first()
+    article.body += "\n\n## New\n\nText."
+    article.save()
+    out, err = io.StringIO(), io.StringIO()
+    call_command("load_demo_help_center", stdout=out, stderr=err)  # the endpoint is down: a warning, no failure
+    assert "Not embedded yet" in err.getvalue()
 
 
 def all_passages():
@@ -128,8 +145,10 @@ def test_vectors_of_a_new_size_replace_the_stale_ones(server, help_center):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_background_indexer_retries_until_it_is_done(server, settings, monkeypatch):
-    monkeypatch.setattr(indexer, "ENABLED", True)
+    settings.KOOKEE_EMBEDDINGS = "off"
     call_command("load_demo_help_center", stdout=io.StringIO())
+    settings.KOOKEE_EMBEDDINGS = "provider"
+    monkeypatch.setattr(indexer, "ENABLED", True)
     server.faults.extend([Fault(status=503), Fault(status=503), Fault(status=503)])  # the client's own retries, once
     wanted = len({p.digest for p in all_passages()})
     runs = indexer.state["runs"]
