@@ -171,9 +171,11 @@ def section(results: dict, charts: Path) -> str:
         "",
         "| | p50 | p99 |",
         "| --- | --- | --- |",
-        f"| ranking, words and meaning | {r['hybrid_ranking_ms_p50_p99'][0]} ms | {r['hybrid_ranking_ms_p50_p99'][1]} ms |",
+        f"| ranking, words and meaning | {r['hybrid_ranking_ms_p50_p99'][0]} ms"
+        f" | {r['hybrid_ranking_ms_p50_p99'][1]} ms |",
         f"| ranking, words only | {r['words_only_ms_p50_p99'][0]} ms | {r['words_only_ms_p50_p99'][1]} ms |",
-        f"| the query's embedding, as a model searches (a few words) | {r['query_embedding_ms_p50_p99'][0]} ms"
+        "| the query's embedding, as the offline model searches (the question in English)"
+        f" | {r['query_embedding_ms_p50_p99'][0]} ms"
         f" | {r['query_embedding_ms_p50_p99'][1]} ms |",
         f"| ... a whole question as a visitor writes it | {r['whole_question_embedding_ms_p50_p99'][0]} ms"
         f" | {r['whole_question_embedding_ms_p50_p99'][1]} ms |",
