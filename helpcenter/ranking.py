@@ -123,6 +123,7 @@ class Index:
 
     def __init__(self, documents: list[Document]) -> None:
         self.documents = documents
+        self.by_id = {d.id: d for d in documents}
         bags = [Counter(terms(d.title) + terms(d.body)) for d in documents]
         self._lengths = np.array([sum(bag.values()) for bag in bags], dtype=np.float64)
         self._average_length = float(self._lengths.mean()) if documents else 0.0

@@ -99,16 +99,17 @@ def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None)
         for rank, article in enumerate(ranked, 1):
             fused[article] = fused.get(article, 0.0) + 1 / (FUSION_K + rank)
     best = sorted(fused, key=lambda article: -fused[article])[:RESULTS]
-    agreed = (
-        near is not None and by_words[:1] == near.ranked[:1] and near.standout >= AGREEMENT_STANDOUT
-    ) and by_words[0]
-    documents = {d.id: d for d in found.documents}
+    agreed = None
+    if near is not None and by_words[:1] == near.ranked[:1] and near.standout >= AGREEMENT_STANDOUT:
+        agreed = by_words[0]
     articles = []
     for article in best:
+        if article not in found.by_id:
+            continue  # not in this snapshot's articles (never, but a vector may outlive one)
         hit = hits.get(article)
         good = bool(hit and hit.good) or article == agreed
         passage = near.passage(article) if near else _by_words(snapshot.passages.get(article, []), query)
-        articles.append(_article(documents[article], hit, passage, query, good, near))
+        articles.append(_article(found.by_id[article], hit, passage, query, good, near))
     articles.sort(key=lambda a: a["confidence"] != HIGH)  # stable: by fused rank within
     scores = [hit.relevance for hit in hits.values()]
     result: dict[str, Any] = {"articles": articles, "top_score": round(max(scores), 2) if scores else None}

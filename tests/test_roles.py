@@ -117,3 +117,22 @@ def test_the_admin_needs_staff_status(client, django_user_model, records, role):
     for url in ["/admin/", *support_pages(records)]:
         response = client.get(url)
         assert response.status_code == 302 and "/admin/login/" in response["Location"], url
+
+
+def test_finance_reads_what_embeddings_cost_and_support_does_not(client, django_user_model, records):
+    from billing.models import EmbeddingEntry
+    from billing.services import bill_embedding
+
+    bill_embedding(EmbeddingEntry.Purpose.INDEXING, "text-embedding-3-small", 1234, passages=32)
+    bill_embedding(EmbeddingEntry.Purpose.SEARCH, "text-embedding-3-small", 7, turn_id=records["chat/turn"].pk)
+    client.force_login(staff(django_user_model, "Finance"))
+    page = client.get("/admin/billing/embeddingentry/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "1,234" in text and "text-embedding-3-small" in text
+    assert "indexing the help center" in text and "a visitor&#x27;s search" in text
+    entry = EmbeddingEntry.objects.get(purpose="search")
+    assert client.get(f"/admin/billing/embeddingentry/{entry.pk}/change/").status_code == 200
+    assert client.post(f"/admin/billing/embeddingentry/{entry.pk}/delete/").status_code == 403
+    client.force_login(staff(django_user_model, "Support"))
+    assert client.get("/admin/billing/embeddingentry/").status_code == 403

@@ -251,3 +251,21 @@ def test_the_local_model_costs_nothing_and_is_not_billed(settings, help_center):
     found = async_to_sync(local.query)("quero cancelar minha assinatura")
     assert found.vectors.shape == (1, 384) and found.tokens is None
     assert np.linalg.norm(found.vectors[0]) == pytest.approx(1.0, abs=1e-5)
+    # Passages in chunks, in order: the Portuguese question is closest to
+    # the English passage that answers it.
+    texts = ["Refund policy\nRefunds within 14 days.", "Cancelling your subscription\nGo to Billing, Cancel plan."]
+    texts += ["Webhooks\nSigned POSTs.", "API keys\nRotate them.", "Custom domain\nA CNAME record."]
+    passages_found = local.passages(texts)
+    assert passages_found.vectors.shape == (5, 384)
+    assert int(np.argmax(passages_found.vectors @ found.vectors[0])) == 1
+
+
+def test_the_sweeper_asks_the_indexer_for_what_is_missing(server, help_center, monkeypatch):
+    kicked = []
+    monkeypatch.setattr(indexer, "kick", lambda: kicked.append(True))
+    search.sweep()
+    assert kicked == [True]  # nothing embedded yet
+    indexer.embed_missing()
+    kicked.clear()
+    search.sweep()
+    assert kicked == []
