@@ -194,7 +194,13 @@ def section(results: dict, charts: Path) -> str:
         "",
         f"The index takes {r['index_memory_mb']} MB of the process ({r['vectors_mb']} MB of it vectors) and"
         f" {r['index_build_s']} s to build. The query's embedding runs in a thread (the engine releases the GIL):"
-        " it delays its own turn, not the others on the event loop.",
+        " it delays its own turn, not the others on the event loop. The target is met for ranking, missed by the"
+        " local model's embedding on this machine. With `KOOKEE_EMBEDDINGS_THREADS=2`, on an idle machine, a search"
+        " took 20 ms at p50 and 31 ms at p99 (a query's embedding 16 and 26 ms); but on a busy one OpenMP's threads"
+        " wait on each other (the evaluation's p99 went to 640 ms with the test suite running beside it), so one"
+        " thread is the default. numpy's BLAS is held to one thread (kookee/settings.py): with one per core, a"
+        " search took 129 ms at p99. A real model's queries are shorter than a whole question, and embed faster; a"
+        " provider's take the network's time, at most KOOKEE_EMBEDDINGS_TIMEOUT.",
     ]
     return "\n".join(lines)
 

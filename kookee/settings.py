@@ -318,10 +318,13 @@ KOOKEE_EMBEDDINGS_BASE_URL = env.str("KOOKEE_EMBEDDINGS_BASE_URL", default=OPENA
 KOOKEE_EMBEDDINGS_API_KEY = env.str("KOOKEE_EMBEDDINGS_API_KEY", default=OPENAI_API_KEY)
 KOOKEE_EMBEDDINGS_TIMEOUT = env.float("KOOKEE_EMBEDDINGS_TIMEOUT", default=2.0)
 KOOKEE_EMBEDDINGS_BATCH = env.int("KOOKEE_EMBEDDINGS_BATCH", default=32)
+# Threads the local model computes with (see helpcenter/embeddings.py).
+KOOKEE_EMBEDDINGS_THREADS = env.int("KOOKEE_EMBEDDINGS_THREADS", default=1)
 # A search ranks the vectors with one matrix-vector product: numpy's BLAS
 # threads would only spin against the event loop and the local model's own
 # threads (a search took 33 ms at p99 with one BLAS thread, 129 ms with one
-# per core; bench/search_scale.py). Read when numpy loads, which is later.
+# per core, the model on two; bench/search_scale.py). Read when numpy loads,
+# which is later.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # Handoff to a person (chat/support/handoffs.py). Support is emailed at these
 # addresses (default: every active member of the Support group with one),
