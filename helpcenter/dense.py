@@ -32,8 +32,15 @@ class Nearest:
         at = self._dense.position.get(article)
         return 0.0 if at is None else float(self._best[at])
 
-    def passage(self, article: int) -> Passage:
-        """The article's passage closest to the query."""
+    def embedded(self, article: int) -> bool:
+        """Whether any of the article's passages has a vector."""
+        return article in self._dense.rows
+
+    def passage(self, article: int) -> Passage | None:
+        """The article's passage closest to the query; None when none of its
+        passages is embedded yet."""
+        if article not in self._dense.rows:
+            return None
         start, end = self._dense.rows[article]
         return self._dense.passages[start + int(np.argmax(self._cosines[start:end]))]
 

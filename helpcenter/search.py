@@ -41,6 +41,7 @@ from helpcenter.ranking import folded, normalised
 __all__ = [
     "HIGH",
     "LOW",
+    "NONE",
     "RESULTS",
     "Spent",
     "embedded",
@@ -58,7 +59,7 @@ __all__ = [
 logger = logging.getLogger("kookee.helpcenter")
 
 RESULTS = 3
-HIGH, LOW = "high", "low"
+HIGH, LOW, NONE = "high", "low", "none"
 # How deep each ranking is read for the fusion: below it, 1 / (K + rank)
 # cannot lift an article into the first few.
 CANDIDATES = 100
@@ -98,6 +99,12 @@ def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None)
     for ranked in (by_words, near.ranked if near else []):
         for rank, article in enumerate(ranked, 1):
             fused[article] = fused.get(article, 0.0) + 1 / (FUSION_K + rank)
+    if near is not None:
+        # An article not embedded yet (just saved, the endpoint down) counts
+        # its rank by words twice: no evidence by meaning is not evidence against.
+        for rank, article in enumerate(by_words, 1):
+            if not near.embedded(article):
+                fused[article] += 1 / (FUSION_K + rank)
     best = sorted(fused, key=lambda article: -fused[article])[:RESULTS]
     agreed = None
     if near is not None and by_words[:1] == near.ranked[:1] and near.standout >= AGREEMENT_STANDOUT:
@@ -108,11 +115,17 @@ def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None)
             continue  # not in this snapshot's articles (never, but a vector may outlive one)
         hit = hits.get(article)
         good = bool(hit and hit.good) or article == agreed
-        passage = near.passage(article) if near else _by_words(snapshot.passages.get(article, []), query)
+        passage = near.passage(article) if near else None
+        passage = passage or _by_words(snapshot.passages.get(article, []), query)
         articles.append(_article(found.by_id[article], hit, passage, query, good, near))
     articles.sort(key=lambda a: a["confidence"] != HIGH)  # stable: by fused rank within
     scores = [hit.relevance for hit in hits.values()]
-    result: dict[str, Any] = {"articles": articles, "top_score": round(max(scores), 2) if scores else None}
+    result: dict[str, Any] = {
+        "articles": articles,
+        # The search's own: the best of its articles', "none" without any.
+        "confidence": articles[0]["confidence"] if articles else NONE,
+        "top_score": round(max(scores), 2) if scores else None,
+    }
     if not any(a["confidence"] == HIGH for a in articles):
         result["no_good_match"] = True
         result["closest"] = [{"id": a["id"], "title": a["title"], "score": a["score"]} for a in articles]

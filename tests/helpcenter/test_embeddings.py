@@ -163,6 +163,17 @@ def test_the_background_indexer_retries_until_it_is_done(server, settings, monke
     assert PassageVector.objects.count() == wanted
 
 
+def test_an_article_not_embedded_yet_is_found_by_its_words(server, help_center):
+    indexer.embed_missing()
+    Article.objects.create(title="Bitcoin payments", slug="bitcoin", body="## Paying in bitcoin\n\nWe take bitcoin.")
+    assert index.current_sync().missing == 1
+    result = search.search_sync("pay with bitcoin")
+    # Among the best by its words alone, through its section; nothing by meaning yet.
+    [found] = [a for a in result["articles"] if a["title"] == "Bitcoin payments"]
+    assert found["url"] == "/help/bitcoin/#paying-in-bitcoin" and found["confidence"] == "high"
+    assert found["similarity"] == 0.0 and "by_words_only" not in result
+
+
 def test_a_search_ranks_by_meaning_too_and_embeds_a_query_once(server, help_center):
     indexer.embed_missing()
     server.requests.clear()

@@ -145,8 +145,9 @@ def test_unanswered_questions_get_no_good_match(help_center, question):
 
     result = with_advice(search_help_center_sync(question))  # as the model reads it
 
-    assert set(result) == {"articles", "no_good_match", "top_score", "closest", "note"}
+    assert set(result) == {"articles", "confidence", "no_good_match", "top_score", "closest", "note"}
     assert result["no_good_match"] is True
+    assert result["confidence"] == ("low" if hits else "none")
     # The closest are still the model's to judge, marked as such; never hidden.
     assert [a["id"] for a in result["articles"]] == [hit.document.id for hit in hits]
     assert {a["confidence"] for a in result["articles"]} <= {"low"}
@@ -171,6 +172,7 @@ def test_a_question_that_shares_words_with_articles_still_has_a_top_score(help_c
 def test_a_question_sharing_no_word_with_any_article_has_no_closest(help_center):
     result = search_help_center_sync("how do I bake sourdough bread")
     assert (result["no_good_match"], result["top_score"], result["closest"]) == (True, None, [])
+    assert (result["articles"], result["confidence"]) == ([], "none")
 
 
 def test_articles_above_the_floor_come_first_with_high_confidence(help_center):
@@ -182,6 +184,7 @@ def test_articles_above_the_floor_come_first_with_high_confidence(help_center):
     assert good  # the question is answered
     assert returned == good + [(hit.document.id, "low") for hit in hits if not hit.good]
     assert "no_good_match" not in result
+    assert result["confidence"] == "high"
 
 
 # The floor's rules, at its thresholds (helpcenter/ranking.py's docstring).
