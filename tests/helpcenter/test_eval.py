@@ -18,14 +18,14 @@ spec.loader.exec_module(evaluation)
 DEFAULT = "local hybrid, offline model's queries (the default set-up)"
 MEASURED = {
     "lexical": {"recall@1": 0.18, "recall@3": 0.71, "mrr": 0.61, "unanswerable_flagged": 0.86},
-    "lexical, offline model's queries": {"recall@1": 0.19, "recall@3": 0.78, "mrr": 0.68, "unanswerable_flagged": 0.86},
-    DEFAULT: {"recall@1": 0.40, "recall@3": 0.92, "mrr": 0.81, "unanswerable_flagged": 0.86},
+    "lexical, offline model's queries": {"recall@1": 0.20, "recall@3": 0.81, "mrr": 0.72, "unanswerable_flagged": 0.86},
+    DEFAULT: {"recall@1": 0.43, "recall@3": 0.92, "mrr": 0.81, "unanswerable_flagged": 0.86},
 }
 # Figures where less is better.
 AT_MOST = {
     "lexical": {"answerable_hidden": 0.16},
-    "lexical, offline model's queries": {"answerable_hidden": 0.09},
-    DEFAULT: {"answerable_hidden": 0.0, "answerable_flagged": 0.55},
+    "lexical, offline model's queries": {"answerable_hidden": 0.05},
+    DEFAULT: {"answerable_hidden": 0.0, "answerable_flagged": 0.51},
 }
 MARGIN = 0.02
 
