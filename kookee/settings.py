@@ -316,6 +316,11 @@ _embeddings_model = "text-embedding-3-small" if KOOKEE_EMBEDDINGS == "provider" 
 KOOKEE_EMBEDDINGS_MODEL = env.str("KOOKEE_EMBEDDINGS_MODEL", default=_embeddings_model)
 KOOKEE_EMBEDDINGS_BASE_URL = env.str("KOOKEE_EMBEDDINGS_BASE_URL", default=OPENAI_BASE_URL)
 KOOKEE_EMBEDDINGS_API_KEY = env.str("KOOKEE_EMBEDDINGS_API_KEY", default=OPENAI_API_KEY)
+if KOOKEE_EMBEDDINGS == "provider" and not (KOOKEE_EMBEDDINGS_BASE_URL or KOOKEE_EMBEDDINGS_API_KEY):
+    raise ImproperlyConfigured(
+        "KOOKEE_EMBEDDINGS=provider needs an endpoint: KOOKEE_EMBEDDINGS_BASE_URL (or OPENAI_BASE_URL), "
+        "or an OpenAI key in KOOKEE_EMBEDDINGS_API_KEY (or OPENAI_API_KEY). The offline chat model embeds nothing."
+    )
 KOOKEE_EMBEDDINGS_TIMEOUT = env.float("KOOKEE_EMBEDDINGS_TIMEOUT", default=2.0)
 KOOKEE_EMBEDDINGS_BATCH = env.int("KOOKEE_EMBEDDINGS_BATCH", default=32)
 # Threads the local model computes with (see helpcenter/embeddings.py).

@@ -280,3 +280,29 @@ def test_the_sweeper_asks_the_indexer_for_what_is_missing(server, help_center, m
     kicked.clear()
     search.sweep()
     assert kicked == []
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KOOKEE_EMBEDDINGS": "remote"}, "KOOKEE_EMBEDDINGS must be local, provider or off"),
+        ({"KOOKEE_EMBEDDINGS": "provider"}, "KOOKEE_EMBEDDINGS=provider needs an endpoint"),
+    ],
+)
+def test_a_bad_embeddings_setting_stops_the_start(env, message):
+    from tests.test_security import show_settings
+
+    result = show_settings(DJANGO_DEBUG="true", OPENAI_API_KEY="", OPENAI_BASE_URL="", **env)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_provider_embeddings_default_to_the_chat_providers_endpoint():
+    from tests.test_security import manage
+
+    read = "from django.conf import settings as s; print(s.KOOKEE_EMBEDDINGS_MODEL, s.KOOKEE_EMBEDDINGS_BASE_URL, "
+    read += "s.KOOKEE_EMBEDDINGS_API_KEY)"
+    env = {"KOOKEE_EMBEDDINGS": "provider", "OPENAI_BASE_URL": "http://llm.internal/v1", "OPENAI_API_KEY": "k"}
+    result = manage("shell", "-v", "0", "-c", read, DJANGO_DEBUG="true", DATABASE_URL="sqlite:///:memory:", **env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["text-embedding-3-small", "http://llm.internal/v1", "k"]
