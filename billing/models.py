@@ -15,7 +15,24 @@ class AppendOnlyQuerySet(models.QuerySet):
         raise ValueError("Ledger entries are append-only.")
 
 
-class LedgerEntry(models.Model):
+class AppendOnly(models.Model):
+    """A row written once: never saved again, never deleted (nor in bulk)."""
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise ValueError("Ledger entries are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("Ledger entries are append-only.")
+
+
+class LedgerEntry(AppendOnly):
     """What one turn cost. Append-only: written once, by bill_once."""
 
     # One-to-one: the database itself refuses a second entry for a turn.
@@ -49,8 +66,6 @@ class LedgerEntry(models.Model):
     output_per_million = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
 
-    objects = AppendOnlyQuerySet.as_manager()
-
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name = _("ledger entry")
@@ -59,16 +74,8 @@ class LedgerEntry(models.Model):
     def __str__(self) -> str:
         return gettext("Turn %(turn)s: %(cost)s") % {"turn": self.turn_id, "cost": self.cost}
 
-    def save(self, *args, **kwargs) -> None:
-        if self.pk is not None:
-            raise ValueError("Ledger entries are append-only.")
-        super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):
-        raise ValueError("Ledger entries are append-only.")
-
-
-class EmbeddingEntry(models.Model):
+class EmbeddingEntry(AppendOnly):
     """What embedding cost: indexing the help center (no turn), or the
     searches of a visitor's turn. Append-only. Only a provider's embeddings
     are billed: the local model costs nothing."""
@@ -102,8 +109,6 @@ class EmbeddingEntry(models.Model):
     input_per_million = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
 
-    objects = AppendOnlyQuerySet.as_manager()
-
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name = _("embedding entry")
@@ -111,14 +116,6 @@ class EmbeddingEntry(models.Model):
 
     def __str__(self) -> str:
         return gettext("%(purpose)s: %(cost)s") % {"purpose": self.get_purpose_display(), "cost": self.cost}
-
-    def save(self, *args, **kwargs) -> None:
-        if self.pk is not None:
-            raise ValueError("Ledger entries are append-only.")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise ValueError("Ledger entries are append-only.")
 
 
 class PriceInUse(ValueError):

@@ -175,8 +175,6 @@ async def search_spending(query: str) -> tuple[dict[str, Any], Spent | None]:
     thread. A query that cannot be embedded is searched by words alone."""
     _check(query)
     snapshot = await index.current()
-    if snapshot.missing:
-        indexer.kick()
     embedder = _embedder_for(snapshot)
     embedded = None
     if embedder is not None:
@@ -198,8 +196,6 @@ def search_sync(query: str) -> dict[str, Any]:
     """search, from sync code (the help pages)."""
     _check(query)
     snapshot = index.current_sync()
-    if snapshot.missing:
-        indexer.kick()
     embedder = _embedder_for(snapshot)
     embedded = None
     if embedder is not None:
@@ -212,7 +208,9 @@ def search_sync(query: str) -> dict[str, Any]:
 
 def _embedder_for(snapshot: index.Snapshot) -> embeddings.Embedder | None:
     """The embedder, when the snapshot has vectors of its model (else the
-    query is not worth embedding)."""
+    query is not worth embedding). Asks the indexer for what is missing."""
+    if snapshot.missing:
+        indexer.kick()
     embedder = embeddings.embedder()
     if embedder is not None and (snapshot.dense is None or snapshot.dense.model != embedder.model):
         _fell_back("not_indexed", "no passage is embedded under %s yet", embedder.model)

@@ -6,6 +6,7 @@ for tools that act on the visitor's conversation.
 
 from __future__ import annotations
 
+import asyncio
 from contextvars import ContextVar
 from typing import Any
 
@@ -37,10 +38,12 @@ def with_advice(result: dict[str, Any]) -> dict[str, Any]:
 async def _search_help_center(query: str) -> dict[str, Any]:
     result, spent = await search.search_spending(query)
     if spent is not None:
-        # Embedding the query cost money: billed with the turn that asked.
-        await database_sync_to_async(bill_embedding)(
+        # Embedding the query cost money: billed with the turn that asked,
+        # even if a Stop lands on this write (shielded).
+        bill = database_sync_to_async(bill_embedding)(
             EmbeddingEntry.Purpose.SEARCH, spent.model, spent.tokens, turn_id=current_turn.get(None)
         )
+        await asyncio.shield(asyncio.ensure_future(bill))
     return with_advice(result)
 
 

@@ -71,3 +71,15 @@ async def test_a_search_whose_query_cannot_be_embedded_still_answers_by_words(ch
     result = await database_sync_to_async(lambda: ToolCall.objects.get(generation__turn_id=turn_id).result)()
     assert '"by_words_only": true' in result and "/help/refund-policy/" in result
     assert not await database_sync_to_async(EmbeddingEntry.objects.filter(purpose="search").exists)()
+
+
+async def test_a_stop_while_the_query_is_being_embedded_ends_the_turn_once(chat, use_provider, embedded):
+    embedded.always = Fault(stall=0.4)  # the endpoint is slow; the visitor stops meanwhile
+    use_provider.queue(*searched("refund for an annual plan"))
+    turn_id = await chat.ask("Can I get a refund for my annual plan?")
+    await chat.receive_until("tool", turn_id=turn_id)
+    await chat.send({"type": "stop"})
+    ended = await chat.finish(turn_id)
+    assert ended["status"] == "interrupted"
+    assert [f["type"] for f in chat.frames if f.get("turn_id") == turn_id].count("turn.ended") == 1
+    assert await database_sync_to_async(LedgerEntry.objects.filter(turn_id=turn_id).count)() == 1
