@@ -33,7 +33,10 @@ from chat.models import Conversation, Feedback, Generation, Handoff, ToolCall, T
 # Each part's admin, imported here so that it registers on purpose, and first:
 # chat's pages link to Support's.
 from chat.support import admin as support_admin
-from chat.support import erasure
+from chat.support import (
+    erasure,
+    handoff_admin,  # noqa: F401  (registers the queue)
+)
 
 RESULT_EXCERPT_CHARS = 300
 ERASED_MESSAGE = "Erased the visitors' text at their request."

@@ -311,6 +311,64 @@ class Handoff(models.Model):
         return gettext("Handoff %(id)s (%(status)s)") % {"id": self.pk, "status": self.status}
 
 
+class Message(models.Model):
+    """A message in a conversation outside the assistant's turns, while a
+    person from Support has it (chat/support/replies.py): a reply of
+    Support's (typed in the admin, or sent by a helpdesk), what the visitor
+    wrote meanwhile, or an internal note on the request, which only Support
+    reads. No model wrote any of it: nothing here is billed."""
+
+    class Kind(models.TextChoices):
+        AGENT = "agent", _("Reply from Support")
+        VISITOR = "visitor", _("From the visitor")
+        NOTE = "note", _("Internal note")
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages", verbose_name=_("conversation")
+    )
+    handoff = models.ForeignKey(
+        Handoff, on_delete=models.CASCADE, related_name="messages", verbose_name=_("request for a person")
+    )
+    kind = models.CharField(_("kind"), max_length=8, choices=Kind)
+    text = models.TextField(_("text"))
+    # The name the visitor sees on a reply (the agent's, or the helpdesk's author).
+    author = models.CharField(_("author"), max_length=150, blank=True)
+    author_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("written by"),
+    )
+    # A helpdesk's own id for its reply: the same one twice is one message.
+    external_id = models.CharField(_("helpdesk message id"), max_length=200, blank=True)
+    created_at = models.DateTimeField(_("sent at"), default=timezone.now, db_index=True)
+    # A reply: when a tab of the visitor first showed it (live, or in its
+    # history), and when it went by email instead.
+    seen_at = models.DateTimeField(_("seen at"), null=True, blank=True)
+    emailed_at = models.DateTimeField(_("emailed at"), null=True, blank=True)
+    # The visitor's messages go to a helpdesk too, when the webhook is on.
+    webhook_status = models.CharField(_("webhook status"), max_length=8, blank=True, default="")
+    erased_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name = _("message")
+        verbose_name_plural = _("messages")
+        indexes = [models.Index(fields=["conversation", "created_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["handoff", "external_id"],
+                condition=~models.Q(external_id=""),
+                name="one_message_per_helpdesk_id",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return gettext("Message %(id)s") % {"id": self.pk}
+
+
 class RevokedKey(models.Model):
     """A visitor key (session or widget) that may no longer reach a
     conversation: its visitor started over, or staff erased their

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from chat.models import Conversation, Handoff, Turn
 from chat.roles import ensure_roles
-from chat.support.admin import HandoffStatusFilter
+from chat.support.handoff_admin import HandoffStatusFilter
 
 pytestmark = pytest.mark.django_db
 
@@ -355,7 +355,7 @@ def racing(write, after: str):
     return connection.execute_wrapper(wrapper), raced
 
 
-# The queries of chat.support.admin._apply: the requests that can move, and
+# The queries of chat.support.handoff_admin._apply: the requests that can move, and
 # (to reopen one) whether its conversation has another one waiting.
 MOVABLE = 'SELECT "chat_handoff"."id", "chat_handoff"."conversation_id" FROM "chat_handoff"'
 ANOTHER_WAITING = 'AS "a" FROM "chat_handoff"'
