@@ -247,6 +247,7 @@ class Handoff(models.Model):
     class Source(models.TextChoices):
         VISITOR = "visitor", _("The visitor asked")
         ASSISTANT = "assistant", _("The assistant offered")
+        SUPPORT = "support", _("Support wrote first")
 
     class Delivery(models.TextChoices):
         NONE = "", _("Not configured")
@@ -278,6 +279,9 @@ class Handoff(models.Model):
     )
     created_at = models.DateTimeField(_("created at"), default=timezone.now, db_index=True)
     claimed_at = models.DateTimeField(_("claimed at"), null=True, blank=True)
+    # Who answers, as the visitor sees it: the claiming agent's name, or a
+    # helpdesk reply's author (chat/support/replies.py).
+    agent_name = models.CharField(_("answered by"), max_length=150, blank=True)
     closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
     # Support's notifications (chat/support/handoffs.py): by email, and by webhook.
     email_status = models.CharField(

@@ -1,8 +1,9 @@
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_exempt
 
 from base.pages import private, with_policy
 from chat.engine import history
+from chat.support import replies
 from chat.visitors import access, embed
 
 
@@ -39,3 +40,30 @@ def embed_page(request):
     """
     response = render(request, "chat/embed.html", {"token": embed.new_token()})
     return private(with_policy(request, response, ancestors=embed.frame_ancestors()))
+
+
+def continue_conversation(request, token):
+    """The link in the email of a reply (chat/support/replies.py): the
+    conversation, in this browser. A button, not the link itself, moves it
+    here: mail scanners open links, and must not take conversations.
+
+    The conversation moves to a fresh key of this browser's session: the
+    browser it was on before no longer reaches it (a link is a bearer token
+    for one conversation, good for KOOKEE_REPLY_LINK_DAYS)."""
+    conversation = replies.conversation_of_link(token)
+    if conversation is None:
+        response = render(request, "chat/continue.html", {"gone": True}, status=410)
+        return private(with_policy(request, response))
+    if request.method == "POST":
+        session = request.session
+        if session.keys():
+            session.cycle_key()  # keeps a staff login, changes the visitor
+        else:
+            session.mint()
+        visitor = access.visitor_for_session(session)
+        if replies.move_to(conversation.id, visitor):
+            return redirect("index")
+        response = render(request, "chat/continue.html", {"gone": True}, status=410)
+        return private(with_policy(request, response))
+    response = render(request, "chat/continue.html", {"gone": False})
+    return private(with_policy(request, response))

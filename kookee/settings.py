@@ -348,6 +348,12 @@ KOOKEE_HANDOFF_WEBHOOK_TIMEOUT = env.float("KOOKEE_HANDOFF_WEBHOOK_TIMEOUT", def
 KOOKEE_HANDOFF_WEBHOOK_RETRIES = env.int("KOOKEE_HANDOFF_WEBHOOK_RETRIES", default=3)
 KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS = env.float("KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS", default=2.0)
 KOOKEE_HANDOFFS_PER_HOUR_PER_NETWORK = env.int("KOOKEE_HANDOFFS_PER_HOUR_PER_NETWORK", default=5)
+# Support's replies in the chat (chat/support/replies.py): a reply that no
+# tab of the visitor showed within KOOKEE_REPLY_EMAIL_AFTER_SECONDS goes to
+# the address they left (checked at each sweep), with a link back to the
+# conversation that works for KOOKEE_REPLY_LINK_DAYS.
+KOOKEE_REPLY_EMAIL_AFTER_SECONDS = env.float("KOOKEE_REPLY_EMAIL_AFTER_SECONDS", default=60.0)
+KOOKEE_REPLY_LINK_DAYS = env.int("KOOKEE_REPLY_LINK_DAYS", default=7)
 # This site's address, for the links in Support's emails and webhooks
 # (https://chat.example.com); unset, they are paths.
 KOOKEE_SITE_URL = env("KOOKEE_SITE_URL", default="")

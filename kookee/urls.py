@@ -6,6 +6,7 @@ from django.views.i18n import JavaScriptCatalog
 
 from chat import views
 from chat.ops import monitoring
+from chat.support import api
 from kookee import admin as kookee_admin
 
 # The admin's own name for staff, in its header and page titles.
@@ -19,6 +20,10 @@ urlpatterns = [
     # The chat's own strings in the visitor's language (static/chat/*.js).
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["chat"]), name="javascript-catalog"),
     path("help/", include("helpcenter.urls")),
+    # A visitor's way back from the email of a reply (chat/support/replies.py).
+    path("conversation/<str:token>/", views.continue_conversation, name="continue"),
+    # A helpdesk's replies to a visitor (chat/support/api.py).
+    path("api/handoffs/<int:pk>/messages", api.handoff_messages, name="handoff-messages"),
     # The articles' admin pages before they moved to the helpcenter app.
     re_path(
         r"^admin/chat/helparticle/(?P<rest>.*)$",

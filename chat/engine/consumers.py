@@ -24,7 +24,7 @@ from django.utils.translation import gettext_lazy as _
 
 from chat import errors
 from chat.engine import backpressure, fastjson, history, hub, lifecycle, records, turns
-from chat.support import feedback, handoffs
+from chat.support import feedback, handoffs, replies
 from chat.text import storable
 from chat.visitors import access, embed, limits
 from chat.visitors import identity as visitors
@@ -175,7 +175,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif self._turn_running():
             await self._busy()
         else:
-            await self._start_turn(frame["text"])
+            await self._message(frame["text"])
 
     async def _send_history(self, before: int | None) -> None:
         try:
@@ -219,6 +219,18 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._error(Code.SERVER_ERROR)
             return
         await self.send_json({"type": "handoff.saved", **handoff})
+
+    async def _message(self, text: str) -> None:
+        """The visitor's message: to the person who has their conversation,
+        if someone does; else the assistant's turn."""
+        try:
+            if await replies.to_person(self.visitor.hash, self.conversation_id, text):
+                return  # every tab, this one too, got it as visitor.message
+        except Exception:
+            logger.exception("could not take a message for a person")
+            await self._error(Code.SERVER_ERROR)
+            return
+        await self._start_turn(text)
 
     async def _start_turn(self, text: str) -> None:
         try:

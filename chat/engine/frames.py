@@ -29,6 +29,7 @@ class HandoffState(TypedDict):
     handoff_id: int
     status: str
     email: bool
+    agent: str | None  # who answers, once claimed (chat/support/replies.py)
 
 
 class TurnStarted(TypedDict):
@@ -105,7 +106,12 @@ def handoff_requested(calls: Iterable[Any]) -> HandoffState | None:
     calls (the round loop's, or stored ones, whose results are JSON text)."""
     for result in reversed(results_of(calls, HANDOFF_TOOL)):
         if isinstance(result, dict) and all(key in result for key in ("handoff_id", "status", "email")):
-            return {"handoff_id": result["handoff_id"], "status": result["status"], "email": result["email"]}
+            return {
+                "handoff_id": result["handoff_id"],
+                "status": result["status"],
+                "email": result["email"],
+                "agent": result.get("agent"),
+            }
     return None
 
 

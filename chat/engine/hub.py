@@ -41,6 +41,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from chat.engine import frames, records
+from chat.support import replies
 from chat.vocabulary import StopReason
 
 logger = logging.getLogger("kookee.hub")
@@ -183,6 +184,7 @@ class Hub:
             "hub.frames": self._on_frames,
             "hub.ended": self._on_ended,
             "hub.gone": self._on_gone,
+            "hub.tell": self._on_tell,
         }
         while True:
             try:
@@ -488,6 +490,16 @@ class Hub:
             await self._deliver(tab, visitor, turn_id, message["frame"])
         self._forget_remote(visitor, turn_id)
 
+    async def _on_tell(self, message: dict[str, Any]) -> None:
+        """A frame from Support (chat/support/replies.py) for every tab of a
+        visitor here. A reply shown in a tab is seen: no email for it."""
+        tabs = list(self.tabs.get(message["visitor"], ()))
+        frame = message["frame"]
+        for tab in tabs:
+            await _quietly(tab, frame)
+        if tabs and frame["type"] == "agent.message":
+            await database_sync_to_async(replies.seen)([frame["id"]])
+
     async def _on_gone(self, message: dict[str, Any]) -> None:
         """The turn had ended when its owner heard of our tabs."""
         visitor, turn_id = message["visitor"], message["turn_id"]
@@ -595,7 +607,7 @@ class _Outbox:
 
 
 def _group(visitor: str) -> str:
-    return f"visitor.{visitor}"
+    return replies.group(visitor)
 
 
 async def _quietly(tab: Tab, frame: dict[str, Any]) -> None:

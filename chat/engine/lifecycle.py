@@ -25,7 +25,7 @@ from django.conf import settings
 from billing import calibration
 from chat.engine import checkpointer, hub, records
 from chat.ops import metrics
-from chat.support import handoffs
+from chat.support import handoffs, replies
 from chat.vocabulary import StopReason
 from helpcenter import search
 
@@ -139,5 +139,7 @@ async def sweep() -> None:
             await hub.announce_ended(visitor, turn_id, frame)
     # And the notices to Support that a lost process never finished.
     await handoffs.resend_lost()
+    # And Support's replies that no tab of their visitor showed: by email.
+    await replies.email_unseen()
     # And the help center's passages not yet embedded (a change of model).
     await database_sync_to_async(search.sweep)()

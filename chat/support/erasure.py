@@ -14,7 +14,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from chat.models import Conversation, Feedback, Handoff, RevokedKey, Search, ToolCall, Turn
+from chat.models import Conversation, Feedback, Handoff, Message, RevokedKey, Search, ToolCall, Turn
 from chat.visitors import limits
 from chat.vocabulary import TOOL_NAMES
 
@@ -33,7 +33,7 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     provider's errors (they can quote the visitor), tool calls' ids,
     arguments and results, and their names unless one of our tools, search
     queries, rating comments, the reasons and addresses of requests for a
-    person, the page they came from, client addresses; the visitor's key is
+    person, the messages between Support and the visitor, the page they came from, client addresses; the visitor's key is
     revoked.
     Turns are kept, marked erased, with their numbers, for the ledger that
     protects them. Logged, without any of the text. Returns the
@@ -57,6 +57,11 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     Search.objects.filter(turn__in=turns).update(query="", terms="")
     Feedback.objects.filter(turn__in=turns).update(comment="")  # the rating stays: it names nobody
     Handoff.objects.filter(conversation__in=conversations).update(reason="", email="", client_network="")
+    # What Support and the visitor wrote to each other, and Support's notes
+    # (they quote the visitor); who wrote and when stay, as for turns.
+    Message.objects.filter(conversation__in=conversations).update(
+        text="", external_id="", erased_at=Coalesce("erased_at", Value(now))
+    )
     Conversation.objects.filter(pk__in=[c.pk for c in conversations]).update(visitor_hash="", source_url="")
     turns.update(
         user_text="",

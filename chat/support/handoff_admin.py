@@ -7,17 +7,21 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseNotAllowed, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.shortcuts import get_object_or_404, render
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.cache import patch_cache_control
 from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from base.admin import ModelAdmin
-from chat.models import Handoff
+from chat.models import Conversation, Handoff, Message, Turn
+from chat.support import replies
 from chat.support.admin import CSS, _conversation_link, _when
 
 # --- handoffs ---------------------------------------------------------------------------------
@@ -52,13 +56,14 @@ class HandoffStatusFilter(admin.SimpleListFilter):
 
 @admin.register(Handoff)
 class HandoffAdmin(ModelAdmin):
-    """The queue of visitors waiting for a person: claim one, reply (by the
-    email they left), close it."""
+    """The queue of visitors waiting for a person: claim one, answer them in
+    their conversation (they see it at once, or by email), close it."""
 
     list_display = [
         "requested",
         "status_badge",
         "reason_excerpt",
+        "from_visitor",
         "email",
         "conversation_link",
     ]
@@ -92,16 +97,110 @@ class HandoffAdmin(ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
+    def get_queryset(self, request):
+        # What the visitor wrote to Support, and how much of it since the last reply.
+        visitor = Message.objects.filter(handoff=OuterRef("pk"), kind=Message.Kind.VISITOR)
+        last_reply = (
+            Message.objects.filter(handoff=OuterRef(OuterRef("pk")), kind=Message.Kind.AGENT)
+            .order_by("-created_at")
+            .values("created_at")[:1]
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                visitor_messages=_count(visitor),
+                unanswered_messages=_count(
+                    visitor.filter(Q(created_at__gt=Subquery(last_reply)) | ~Exists(last_reply))
+                ),
+            )
+        )
+
     def get_urls(self):
         name = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view
         return [
-            path("<int:pk>/move/", self.admin_site.admin_view(self.move_view), name=f"{name}_move"),
+            path("<int:pk>/move/", view(self.move_view), name=f"{name}_move"),
+            path("<int:pk>/reply/", view(self.reply_view), name=f"{name}_reply"),
+            path("<int:pk>/note/", view(self.note_view), name=f"{name}_note"),
+            path("<int:pk>/thread/", view(self.thread_view), name=f"{name}_thread"),
+            path("answer/<int:conversation_id>/", view(self.answer_view), name=f"{name}_answer"),
             *super().get_urls(),
         ]
 
     def render_change_form(self, request, context, *args, obj=None, **kwargs):
-        context["moves"] = _moves(obj) if obj is not None and self.has_change_permission(request, obj) else []
+        may_change = obj is not None and self.has_change_permission(request, obj)
+        context["moves"] = _moves(obj) if may_change else []
+        context["may_reply"] = may_change and obj.status != Handoff.Status.CLOSED
+        context["may_note"] = may_change
+        if obj is not None:
+            context["thread"] = thread(obj)
         return super().render_change_form(request, context, *args, obj=obj, **kwargs)
+
+    def _changeable(self, request: HttpRequest, pk: int) -> Handoff:
+        handoff = get_object_or_404(Handoff, pk=pk)
+        if not self.has_change_permission(request, handoff):
+            raise PermissionDenied
+        return handoff
+
+    def reply_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Support's reply to the visitor, from the request's page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        handoff = self._changeable(request, pk)
+        text = request.POST.get("text", "").strip()
+        back = HttpResponseRedirect(reverse("admin:chat_handoff_change", args=[pk]) + "#kk-reply")
+        if not text or len(text) > replies.REPLY_CHARS:
+            self.message_user(request, _("Write a reply (at most 10,000 characters)."), messages.ERROR)
+            return back
+        try:
+            replies.reply(handoff.pk, text, user=request.user)
+        except replies.Closed:
+            self.message_user(request, _("This request is closed: reopen it to reply."), messages.ERROR)
+            return back
+        self.log_change(request, handoff, "reply")
+        self.message_user(request, _("Sent to the visitor."), messages.SUCCESS)
+        return back
+
+    def note_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """An internal note: Support reads it, the visitor never does."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        handoff = self._changeable(request, pk)
+        text = request.POST.get("text", "").strip()
+        back = HttpResponseRedirect(reverse("admin:chat_handoff_change", args=[pk]) + "#kk-note")
+        if not text or len(text) > replies.REPLY_CHARS:
+            self.message_user(request, _("Write a note (at most 10,000 characters)."), messages.ERROR)
+            return back
+        replies.note(handoff.pk, text, request.user)
+        self.message_user(request, _("Note added. The visitor does not see it."), messages.SUCCESS)
+        return back
+
+    def thread_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """The conversation so far, for the request's page to follow live."""
+        handoff = get_object_or_404(Handoff, pk=pk)
+        if not self.has_view_permission(request, handoff):
+            raise PermissionDenied
+        response = render(request, "admin/chat/handoff/thread.html", {"thread": thread(handoff)})
+        patch_cache_control(response, private=True, no_store=True)
+        return response
+
+    def answer_view(self, request: HttpRequest, conversation_id: int) -> HttpResponse:
+        """Support answers a conversation from its transcript: its waiting
+        request, or a new one, claimed by them."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        conversation = get_object_or_404(Conversation, pk=conversation_id)
+        handoff = replies.answer_conversation(conversation.pk, request.user)
+        if handoff.claimed_by_id != request.user.pk:
+            self.message_user(
+                request,
+                _("%(name)s already answers this visitor.") % {"name": handoff.agent_name or _("Someone")},
+                messages.WARNING,
+            )
+        return HttpResponseRedirect(reverse("admin:chat_handoff_change", args=[handoff.pk]) + "#kk-reply")
 
     def move_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """Claim, close or reopen one request, from its page."""
@@ -116,6 +215,7 @@ class HandoffAdmin(ModelAdmin):
         count = _apply(move, Handoff.objects.filter(pk=pk), request.user)
         if count:
             self.log_change(request, handoff, f"{move}")
+            self.message_user(request, MOVE_DONE[move], messages.SUCCESS)
         else:
             self.message_user(request, _("That request had already moved on."), messages.WARNING)
         return HttpResponseRedirect(reverse("admin:chat_handoff_change", args=[pk]))
@@ -147,9 +247,22 @@ class HandoffAdmin(ModelAdmin):
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj) -> str:
         badge = format_html('<span class="kk-badge kk-handoff--{}">{}</span>', obj.status, obj.get_status_display())
-        if obj.status == Handoff.Status.CLAIMED and obj.claimed_by:
-            return format_html('{} <span class="kk-reason">{}</span>', badge, obj.claimed_by.get_username())
+        if obj.status == Handoff.Status.CLAIMED and (obj.agent_name or obj.claimed_by):
+            return format_html('{} <span class="kk-reason">{}</span>', badge, obj.agent_name or obj.claimed_by)
         return badge
+
+    @admin.display(description=_("from the visitor"), ordering="unanswered_messages")
+    def from_visitor(self, obj) -> str:
+        """How many messages the visitor wrote to Support, and how many since the last reply."""
+        if not obj.visitor_messages:
+            return "-"
+        if obj.unanswered_messages:
+            return format_html(
+                '{} <span class="kk-badge kk-handoff--open">{}</span>',
+                obj.visitor_messages,
+                _("%(count)s new") % {"count": obj.unanswered_messages},
+            )
+        return str(obj.visitor_messages)
 
     @admin.display(description=_("reason"))
     def reason_excerpt(self, obj) -> str:
@@ -182,6 +295,31 @@ MOVES = {
     "reopen": ([Handoff.Status.CLOSED, Handoff.Status.CLAIMED], Handoff.Status.OPEN),
 }
 MOVE_LABELS = {"claim": _("Claim"), "close": _("Close: answered"), "reopen": _("Reopen")}
+MOVE_DONE = {
+    "claim": _("Claimed: the visitor sees that you answer, and their messages come to you."),
+    "close": _("Closed: the assistant answers the visitor again."),
+    "reopen": _("Reopened: the request waits in the queue again."),
+}
+
+
+def _count(messages) -> Coalesce:
+    counted = messages.order_by().values("handoff").annotate(n=Count("id")).values("n")
+    return Coalesce(Subquery(counted), 0)
+
+
+def thread(handoff: Handoff) -> list[dict]:
+    """The conversation as Support answers it: the visitor's questions and the
+    assistant's answers, Support's replies, the visitor's messages to them
+    and the internal notes, in order."""
+    turns = Turn.objects.filter(conversation_id=handoff.conversation_id).only(
+        "id", "started_at", "user_text", "assistant_text", "status", "erased_at"
+    )
+    entries = [{"kind": "turn", "at": turn.started_at, "turn": turn} for turn in turns.order_by("started_at", "id")]
+    notes = Message.objects.filter(conversation_id=handoff.conversation_id).exclude(
+        Q(kind=Message.Kind.NOTE) & ~Q(handoff=handoff)
+    )
+    entries += [{"kind": m.kind, "at": m.created_at, "message": m} for m in notes.order_by("created_at", "id")]
+    return sorted(entries, key=lambda entry: entry["at"])
 
 
 def _moves(handoff: Handoff) -> list[tuple[str, str]]:
@@ -195,12 +333,12 @@ def _apply(move: str, queryset, user) -> int:
     now = timezone.now()
     fields = {"status": target}
     if move == "claim":
-        fields |= {"claimed_by": user, "claimed_at": now}
+        fields |= {"claimed_by": user, "claimed_at": now, "agent_name": replies.author_name(user)}
     elif move == "close":
         fields |= {"closed_at": now}
     else:
-        fields |= {"claimed_by": None, "claimed_at": None, "closed_at": None}
-    moved = 0
+        fields |= {"claimed_by": None, "claimed_at": None, "closed_at": None, "agent_name": ""}
+    moved: list[int] = []
     # select_related(None): the changelist's queryset follows claimed_by, which only() defers.
     for handoff in queryset.filter(status__in=sources).select_related(None).only("id", "conversation_id"):
         # Reopening one must not make two waiting requests in a conversation.
@@ -212,7 +350,10 @@ def _apply(move: str, queryset, user) -> int:
             continue
         try:
             with transaction.atomic():  # a savepoint: a request or a reopen racing in may have won
-                moved += Handoff.objects.filter(pk=handoff.pk, status__in=sources).update(**fields)
+                if Handoff.objects.filter(pk=handoff.pk, status__in=sources).update(**fields):
+                    moved.append(handoff.pk)
         except IntegrityError:
             continue  # another request of the conversation waits now
-    return moved
+    # The visitors' pages say who answers them now, or that the assistant does.
+    replies.moved(moved)
+    return len(moved)

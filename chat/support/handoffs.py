@@ -35,6 +35,7 @@ import logging
 import re
 import time
 import unicodedata
+from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -167,7 +168,12 @@ SHUTDOWN_WAIT_SECONDS = 5
 
 def notify_soon(handoff_id: int) -> None:
     """Tells Support of a new request, in the background."""
-    task = asyncio.get_running_loop().create_task(notify(handoff_id))
+    spawn(notify(handoff_id))
+
+
+def spawn(work: Coroutine[Any, Any, None]) -> None:
+    """Telling Support, in a task of its own that shutdown waits for."""
+    task = asyncio.get_running_loop().create_task(work)
     tasks.add(task)
     task.add_done_callback(tasks.discard)
 
@@ -235,11 +241,11 @@ def _notice(handoff_id: int) -> dict[str, Any]:
         "reason": handoff.reason,
         "email": handoff.email,
         "created_at": handoff.created_at.isoformat(),
-        "admin_url": _absolute(reverse("admin:chat_handoff_change", args=[handoff.id])),
+        "admin_url": absolute(reverse("admin:chat_handoff_change", args=[handoff.id])),
         "conversation": {
             "id": str(conversation.public_id),
             "source_url": conversation.source_url,
-            "admin_url": _absolute(reverse("admin:chat_conversation_change", args=[conversation.id])),
+            "admin_url": absolute(reverse("admin:chat_conversation_change", args=[conversation.id])),
             "last_question": last_question,
         },
         "recipients": _recipients() if handoff.email_status == Handoff.Delivery.PENDING else [],
@@ -258,7 +264,7 @@ def _recipients() -> list[str]:
     return sorted(set(users.values_list("email", flat=True)))
 
 
-def _absolute(path: str) -> str:
+def absolute(path: str) -> str:
     return settings.KOOKEE_SITE_URL.rstrip("/") + path if settings.KOOKEE_SITE_URL else path
 
 
@@ -362,6 +368,15 @@ async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
         return
     payload = {key: value for key, value in notice.items() if key not in ("recipients", "webhook")}
     body = json.dumps({"event": "handoff.requested", "handoff": payload}).encode()
+    delivered, attempts = await post_webhook(f"handoff={handoff_id}", body)
+    status = Handoff.Delivery.SENT if delivered else Handoff.Delivery.FAILED
+    await database_sync_to_async(_record)(handoff_id, webhook_status=status, webhook_attempts=attempts)
+
+
+async def post_webhook(label: str, body: bytes) -> tuple[bool, int]:
+    """POSTs a signed event to KOOKEE_HANDOFF_WEBHOOK, with retries and
+    backoff; returns whether it was delivered, and after how many attempts.
+    `label` names it in the logs."""
     attempts, delivered = 0, False
     async with httpx2.AsyncClient(timeout=settings.KOOKEE_HANDOFF_WEBHOOK_TIMEOUT) as client:
         for attempt in range(settings.KOOKEE_HANDOFF_WEBHOOK_RETRIES + 1):
@@ -374,18 +389,17 @@ async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
                 async with asyncio.timeout(settings.KOOKEE_HANDOFF_WEBHOOK_TIMEOUT):
                     response = await client.post(settings.KOOKEE_HANDOFF_WEBHOOK, content=body, headers=_headers(body))
             except (httpx2.HTTPError, TimeoutError) as exc:
-                logger.warning("handoff=%s: webhook attempt %s failed: %s", handoff_id, attempts, type(exc).__name__)
+                logger.warning("%s: webhook attempt %s failed: %s", label, attempts, type(exc).__name__)
                 continue
             if response.is_success:
                 delivered = True
                 break
-            logger.warning("handoff=%s: webhook attempt %s got HTTP %s", handoff_id, attempts, response.status_code)
+            logger.warning("%s: webhook attempt %s got HTTP %s", label, attempts, response.status_code)
             if response.status_code in PERMANENT_FAILURES and response.status_code not in RETRYABLE_CLIENT_ERRORS:
                 break
-    status = Handoff.Delivery.SENT if delivered else Handoff.Delivery.FAILED
     if not delivered:
-        logger.error("handoff=%s: the webhook was not delivered after %s attempt(s)", handoff_id, attempts)
-    await database_sync_to_async(_record)(handoff_id, webhook_status=status, webhook_attempts=attempts)
+        logger.error("%s: the webhook was not delivered after %s attempt(s)", label, attempts)
+    return delivered, attempts
 
 
 def _headers(body: bytes) -> dict[str, str]:
@@ -419,7 +433,7 @@ def pending_handoff(conversation_id: int | None) -> dict[str, Any] | None:
         return None
     pending = (
         Handoff.objects.filter(conversation_id=conversation_id, status__in=Handoff.PENDING)
-        .only("status", "email")
+        .only("status", "email", "agent_name")
         .first()
     )
     return handoff_state(pending) if pending else None
@@ -427,5 +441,12 @@ def pending_handoff(conversation_id: int | None) -> dict[str, Any] | None:
 
 def handoff_state(handoff: Handoff) -> dict[str, Any]:
     """A request for a person as the visitor's page sees it: whether Support
-    has an address to reply to, never the address."""
-    return {"handoff_id": handoff.id, "status": handoff.status, "email": bool(handoff.email)}
+    has an address to reply to (never the address), and who answers it once
+    claimed (chat/support/replies.py)."""
+    claimed = handoff.status == Handoff.Status.CLAIMED
+    return {
+        "handoff_id": handoff.id,
+        "status": handoff.status,
+        "email": bool(handoff.email),
+        "agent": (handoff.agent_name or None) if claimed else None,
+    }

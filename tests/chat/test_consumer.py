@@ -461,7 +461,7 @@ async def test_the_output_limit_parameter(chat, use_provider, settings, paramete
 
 async def test_connecting_and_reading_history_store_nothing(chat):
     await chat.send({"type": "history"})
-    assert await chat.receive() == {"type": "history", "turns": [], "more": False, "handoff": None}
+    assert await chat.receive() == {"type": "history", "turns": [], "messages": [], "more": False, "handoff": None}
     assert await database_sync_to_async(Conversation.objects.count)() == 0
 
 

@@ -269,7 +269,8 @@ def test_two_agents_claiming_at_once_one_wins(support, another_agent):
     second = move(another_agent, handoff, "claim")
 
     assert state(handoff) == ("claimed", support.user, True, False)
-    assert messages_of(first) == []
+    # The request's page confirms the claim to its winner.
+    assert messages_of(first) == ["Claimed: the visitor sees that you answer, and their messages come to you."]
     assert messages_of(second) == ["That request had already moved on."]
     assert LogEntry.objects.filter(object_id=str(handoff.pk)).count() == 1
 

@@ -279,7 +279,7 @@ async def test_a_visitor_asks_for_a_person_after_a_question(chat, use_provider):
     saved = await ask_for_a_person(chat, reason="  I was   charged\ntwice ", email=" sam@example.com ")
 
     [handoff] = await stored()
-    assert saved == {"type": "handoff.saved", "handoff_id": handoff.id, "status": "open", "email": True}
+    assert saved == {"type": "handoff.saved", "handoff_id": handoff.id, "status": "open", "email": True, "agent": None}
     assert (handoff.source, handoff.status, handoff.reason, handoff.email) == (
         "visitor",
         "open",
@@ -297,7 +297,7 @@ async def test_a_handoff_before_any_question_starts_the_conversation(chat, use_p
 
     [handoff] = await stored()
     conversation = await database_sync_to_async(Conversation.objects.get)()
-    assert saved == {"type": "handoff.saved", "handoff_id": handoff.id, "status": "open", "email": False}
+    assert saved == {"type": "handoff.saved", "handoff_id": handoff.id, "status": "open", "email": False, "agent": None}
     assert (handoff.conversation_id, handoff.turn_id, handoff.reason, handoff.email) == (conversation.id, None, "", "")
     assert conversation.visitor_hash
     # The visitor's first question then joins that conversation.
@@ -350,11 +350,19 @@ async def test_a_closed_request_makes_way_for_a_new_one(chat, mailoutbox):
 
 async def test_a_claimed_request_is_still_the_pending_one(chat):
     first = await ask_for_a_person(chat, reason="Refund.")
-    await database_sync_to_async(Handoff.objects.filter(pk=first["handoff_id"]).update)(status="claimed")
+    await database_sync_to_async(Handoff.objects.filter(pk=first["handoff_id"]).update)(
+        status="claimed", agent_name="Ana"
+    )
 
     again = await ask_for_a_person(chat, email="sam@example.com")
 
-    assert again == {"type": "handoff.saved", "handoff_id": first["handoff_id"], "status": "claimed", "email": True}
+    assert again == {
+        "type": "handoff.saved",
+        "handoff_id": first["handoff_id"],
+        "status": "claimed",
+        "email": True,
+        "agent": "Ana",
+    }
     assert await count(Handoff) == 1
 
 
@@ -460,7 +468,12 @@ async def test_history_carries_the_pending_request(chat):
     assert (await history(chat))["handoff"] is None
 
     saved = await ask_for_a_person(chat, email="sam@example.com")
-    assert (await history(chat))["handoff"] == {"handoff_id": saved["handoff_id"], "status": "open", "email": True}
+    assert (await history(chat))["handoff"] == {
+        "handoff_id": saved["handoff_id"],
+        "status": "open",
+        "email": True,
+        "agent": None,
+    }
 
     await database_sync_to_async(Handoff.objects.filter(pk=saved["handoff_id"]).update)(status="claimed")
     assert (await history(chat))["handoff"]["status"] == "claimed"
@@ -504,7 +517,7 @@ async def test_the_model_hands_over_during_a_turn(chat, use_provider, mailoutbox
 
     [handoff] = await stored()
     assert ended["status"] == "completed"
-    assert ended["handoff"] == {"handoff_id": handoff.id, "status": "open", "email": False}
+    assert ended["handoff"] == {"handoff_id": handoff.id, "status": "open", "email": False, "agent": None}
     assert (handoff.source, handoff.turn_id, handoff.reason) == (
         "assistant",
         turn_id,
@@ -610,7 +623,7 @@ async def test_the_offline_model_hands_over_when_asked(offline_chat, question, h
     ended = await offline_chat.finish(turn_id)
 
     [handoff] = await stored()
-    assert ended["handoff"] == {"handoff_id": handoff.id, "status": "open", "email": False}
+    assert ended["handoff"] == {"handoff_id": handoff.id, "status": "open", "email": False, "agent": None}
     assert (handoff.source, handoff.reason, handoff.turn_id) == ("assistant", question, turn_id)
     assert offline_chat.text_of(turn_id).endswith(handed_over)
 

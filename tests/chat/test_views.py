@@ -177,7 +177,7 @@ def test_a_revoked_session_gets_a_new_key_and_keeps_its_data(client):
     new = client.cookies["sessionid"].value
     assert new != old
     assert client.session["kept"] == "yes"
-    assert embedded_history(response) == {"turns": [], "more": False, "handoff": None}
+    assert embedded_history(response) == {"turns": [], "messages": [], "more": False, "handoff": None}
     assert not Session.objects.filter(session_key=old).exists()
 
 
@@ -222,7 +222,10 @@ def test_the_page_embeds_the_history_in_order(client):
     response = client.get("/")
 
     assert response.status_code == 200
-    assert embedded_history(response)["turns"] == [
+    turns = embedded_history(response)["turns"]
+    # When each started: the page places Support's messages between them.
+    assert [turn.pop("at") for turn in turns] == [t.started_at.isoformat() for t in (first, second, third)]
+    assert turns == [
         {
             "turn_id": first.id,
             "user_text": "How do I install the widget?",
@@ -273,7 +276,7 @@ def test_the_embedded_history_cannot_break_out_of_its_script(client):
 
 
 def test_an_empty_conversation_embeds_an_empty_history(client):
-    assert embedded_history(client.get("/")) == {"turns": [], "more": False, "handoff": None}
+    assert embedded_history(client.get("/")) == {"turns": [], "messages": [], "more": False, "handoff": None}
 
 
 def test_the_page_embeds_only_the_latest_page_of_history(client, settings):
