@@ -936,3 +936,129 @@ def report_timings():
     yield
     if timings:
         print("\n" + "\n".join(f"{name}: {value:.1f}" for name, value in timings.items()))
+
+
+# --- a person answers, across the two processes ------------------------------------------------------
+
+SUPPORT_PASSWORD = "a-support-password"
+
+
+async def _support_user(stack: Stack) -> str:
+    """A member of Support, written to the database as `createsuperuser` would
+    (PBKDF2, the servers' hasher); their username."""
+    from django.contrib.auth.hashers import PBKDF2PasswordHasher
+
+    password = PBKDF2PasswordHasher().encode(SUPPORT_PASSWORD, secrets.token_hex(8))
+    await stack.db.execute(
+        "insert into auth_user (username, password, first_name, last_name, email, is_staff, is_active,"
+        " is_superuser, date_joined) values ('ana', %s, 'Ana', 'Souza', 'ana@example.com', true, true, false, now())",
+        [password],
+    )
+    await stack.db.execute(
+        "insert into auth_user_groups (user_id, group_id) select u.id, g.id from auth_user u, auth_group g"
+        " where u.username = 'ana' and g.name = 'Support'"
+    )
+    return "ana"
+
+
+def _signed_reply(stack: Stack, handoff_id: int, body: dict, secret: str, process: str) -> tuple[int, dict]:
+    import hashlib
+    import hmac
+
+    raw = json.dumps(body).encode()
+    signature = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+    connection = http.client.HTTPSConnection("127.0.0.1", stack.https_port, context=stack.ssl, timeout=20)
+    try:
+        headers = {"Content-Type": "application/json", "X-Kookee-Signature": signature, "X-Kookee-Process": process}
+        connection.request("POST", f"/api/handoffs/{handoff_id}/messages", body=raw, headers=headers)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        connection.close()
+
+
+async def test_support_answers_the_visitor_across_processes_in_chromium(stack_for):
+    """The visitor's widget on process A, Support's admin on process B, both in
+    Chromium: the claim and the reply reach the open widget at once and stay
+    after a reload; the visitor's answer reaches the request's page and the
+    helpdesk's webhook, not the model; a helpdesk's signed reply, posted to
+    the other process, reaches the widget too."""
+    from playwright.async_api import async_playwright, expect
+
+    from tests.chat.test_handoffs import Receiver
+
+    _require(shutil.which("/usr/bin/chromium"), "Debian's Chromium")
+    secret = "helpdesk-secret"
+    helpdesk = Receiver()
+    webhook = await helpdesk.start()
+    try:
+        async with (
+            stack_for(KOOKEE_HANDOFF_WEBHOOK=webhook, KOOKEE_HANDOFF_WEBHOOK_SECRET=secret) as stack,
+            async_playwright() as playwright,
+        ):
+            await _support_user(stack)
+            browser = await playwright.chromium.launch(
+                executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"]
+            )
+            contexts = {}
+            for process in PROCESSES:
+                contexts[process] = await browser.new_context(
+                    ignore_https_errors=True, extra_http_headers={"X-Kookee-Process": process}
+                )
+            visitor, support = await contexts["a"].new_page(), await contexts["b"].new_page()
+
+            # The visitor, in the widget's frame on process A, asks, then asks for a person.
+            stack.queue_everywhere([text("I am not sure; a person can help."), finish("stop"), DONE])
+            await visitor.goto(f"{stack.origin}/embed/")
+            await visitor.get_by_role("textbox").first.fill("Why was I charged twice?")
+            await visitor.keyboard.press("Enter")
+            await expect(visitor.get_by_text("a person can help.")).to_be_visible(timeout=15_000)
+            await visitor.get_by_role("button", name="Talk to a person").click()
+            dialog = visitor.get_by_role("dialog", name="Talk to a person")
+            await dialog.get_by_role("button", name="Ask for a person").click()
+            await expect(dialog).to_be_hidden()
+            handoff_id = await eventually(
+                lambda: stack.scalar("select max(id) from chat_handoff"), timeout=10, what="the request"
+            )
+            await helpdesk.wait_for(1)  # handoff.requested
+
+            # Support, on process B: log in, open the request, reply.
+            await support.goto(f"{stack.origin}/admin/login/")
+            await support.get_by_label("Username").fill("ana")
+            await support.get_by_label("Password").fill(SUPPORT_PASSWORD)
+            await support.get_by_role("button", name="Log in").click()
+            await support.goto(f"{stack.origin}/admin/chat/handoff/{handoff_id}/change/")
+            await support.get_by_label("Reply to the visitor").fill("Hi, I am Ana. I refunded the second charge.")
+            await support.get_by_role("button", name="Send to the visitor").click()
+            await expect(support.get_by_text("Sent to the visitor.")).to_be_visible()
+
+            # At once in the open widget, with who answers; and after a reload.
+            started = time.monotonic()
+            await expect(visitor.get_by_text("I refunded the second charge.")).to_be_visible(timeout=5_000)
+            timings["support reply -> shown in the widget on the other process (ms)"] = (
+                time.monotonic() - started
+            ) * 1000
+            await expect(visitor.get_by_text("Ana Souza").first).to_be_visible()
+            await visitor.reload()
+            await expect(visitor.get_by_text("I refunded the second charge.")).to_be_visible(timeout=10_000)
+
+            # The visitor answers: to Ana, live on her page, to the helpdesk, not to the model.
+            before = {name: len(provider.requests) for name, provider in stack.providers.items()}
+            await visitor.get_by_role("textbox").first.fill("Thank you, Ana!")
+            await visitor.keyboard.press("Enter")
+            await expect(support.get_by_text("Thank you, Ana!")).to_be_visible(timeout=10_000)
+            event = await helpdesk.wait_for(2)
+            assert event.json["event"] == "handoff.message" and event.json["message"]["text"] == "Thank you, Ana!"
+            assert {name: len(provider.requests) for name, provider in stack.providers.items()} == before
+            assert await stack.scalar("select count(*) from chat_turn") == 1
+
+            # A helpdesk's signed reply, through the other process, reaches the widget at once.
+            body = {"text": "Zendesk here: anything else?", "author": "Kim", "message_id": "zd-1"}
+            for process in PROCESSES:  # the same message on both: one message
+                status, answered = await asyncio.to_thread(_signed_reply, stack, handoff_id, body, secret, process)
+                assert status == 201, answered
+            await expect(visitor.get_by_text("Zendesk here: anything else?")).to_have_count(1, timeout=5_000)
+            assert await stack.scalar("select count(*) from chat_message where kind = 'agent'") == 2
+            await browser.close()
+    finally:
+        await helpdesk.stop()
