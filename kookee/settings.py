@@ -6,6 +6,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import environ
@@ -357,6 +358,11 @@ KOOKEE_REPLY_LINK_DAYS = env.int("KOOKEE_REPLY_LINK_DAYS", default=7)
 # This site's address, for the links in Support's emails and webhooks
 # (https://chat.example.com); unset, they are paths.
 KOOKEE_SITE_URL = env("KOOKEE_SITE_URL", default="")
+# The admin's forms (and the link back of a reply's email) are posted from
+# the site's public origin; behind a proxy that passes `Host: $host` (nginx
+# drops a port that is not 443) Django would not recognise it as its own.
+if KOOKEE_SITE_URL:
+    CSRF_TRUSTED_ORIGINS = ["{0.scheme}://{0.netloc}".format(urlsplit(KOOKEE_SITE_URL))]
 # Email (Support's handoff notices): an EMAIL_URL such as
 # smtp+tls://user:password@smtp.example.com:587. Under DEBUG the console by
 # default; in production none unless set (`check --deploy` warns), since the
