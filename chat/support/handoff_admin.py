@@ -89,7 +89,7 @@ class HandoffAdmin(ModelAdmin):
     change_form_template = "admin/chat/handoff/change_form.html"
 
     class Media:
-        css = CSS
+        css = {"all": [*CSS["all"], "chat/handoff.css"]}
 
     def has_add_permission(self, request) -> bool:
         return False
