@@ -37,6 +37,7 @@ from chat.support import (
     erasure,
     handoff_admin,  # noqa: F401  (registers the queue)
 )
+from chat.templatetags.icons import thumb
 
 RESULT_EXCERPT_CHARS = 300
 ERASED_MESSAGE = "Erased the visitors' text at their request."
@@ -260,7 +261,7 @@ class ConversationAdmin(ModelAdmin):
             (obj.thumbs_up, "up", ngettext("%(count)d up", "%(count)d up", obj.thumbs_up)),
         ]
         shown = [
-            format_html('<span class="kk-rating kk-rating--{}">{}</span>', r, label % {"count": n})
+            format_html('<span class="kk-rating kk-rating--{}">{} {}</span>', r, thumb(r), label % {"count": n})
             for n, r, label in marks
             if n
         ]

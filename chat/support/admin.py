@@ -27,6 +27,7 @@ from base.admin import ModelAdmin, WrittenByTheApp
 from chat.models import Feedback, Search, SupportReport, ToolCall, UnansweredQuestion
 from chat.sources import search_results, used_articles
 from chat.support import reports
+from chat.templatetags.icons import thumb
 
 CSS = {"all": ["chat/admin.css"]}
 
@@ -42,7 +43,8 @@ def _conversation_link(conversation_id: int, public_id) -> str:
 
 def rating_badge(feedback: Feedback) -> str:
     label = feedback.get_rating_display()
-    return format_html('<span class="kk-rating kk-rating--{}">{}</span>', feedback.rating, label)
+    icon = thumb(feedback.rating)
+    return format_html('<span class="kk-rating kk-rating--{}">{} {}</span>', feedback.rating, icon, label)
 
 
 # --- ratings ----------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     provider's errors (they can quote the visitor), tool calls' ids,
     arguments and results, and their names unless one of our tools, search
     queries, rating comments, the reasons and addresses of requests for a
-    person, the messages between Support and the visitor, the page they came from, client addresses; the visitor's key is
-    revoked.
+    person, the messages between Support and the visitor, the page they
+    came from, client addresses; the visitor's key is revoked.
     Turns are kept, marked erased, with their numbers, for the ledger that
     protects them. Logged, without any of the text. Returns the
     conversations erased.

@@ -56,6 +56,9 @@ const RATING_ERRORS = new Set(["not_found", "bad_feedback"]);
 // The errors a `handoff` frame can get.
 const HANDOFF_ERRORS = new Set(["bad_handoff", "handoff_rate_limited"]);
 const COMMENT_CHARS = 1000;
+const ASK_PLACEHOLDER = input.placeholder;
+const interpolate = globalThis.interpolate ?? ((format, args) => args.reduce((text, arg) => text.replace("%s", arg), format));
+const timeFormat = new Intl.DateTimeFormat(document.documentElement.lang || undefined, { hour: "numeric", minute: "2-digit" });
 const STILL_WRITING = gettext("This answer was still being written when we last heard from the server. Checking again…");
 const MAX_BACKOFF_MS = 10000;
 const TOO_MANY_BACKOFF_MS = [30000, 300000]; // first and longest wait after a 4429
@@ -87,6 +90,7 @@ let looked = false; // this socket's history has answered once already
 let loadingEarlier = false;
 let handoff = null; // the conversation's request for a person, waiting: {handoff_id, status, email}
 const views = new Map(); // turn id -> the turn on screen
+const messages = new Map(); // Support's replies and the visitor's messages to them: id -> element
 
 // --- the widget's visitor ------------------------------------------------------------------
 // The frame is third-party on the customer's site, where its cookies and
@@ -137,9 +141,28 @@ function nearBottom() {
   return log.scrollHeight - log.scrollTop - log.clientHeight < 80;
 }
 
-function keepScrolled(wasNearBottom) {
-  // Follow the answer only if the visitor has not scrolled up to read.
-  if (wasNearBottom) log.scrollTop = log.scrollHeight;
+// Whether the log follows what is added at its end: true until the visitor
+// scrolls up to read, true again once they are back at the bottom. Kept
+// from the visitor's own scrolling, not measured at each addition: an
+// answer's Sources and rating row, added at once, are taller than any
+// "near the bottom" margin, and measuring after them would stop following.
+let following = true;
+let autoTop = 0; // where follow() last scrolled to: its own scroll events are not the visitor's
+log.addEventListener(
+  "scroll",
+  () => {
+    following = nearBottom() || log.scrollTop >= autoTop - 1;
+  },
+  { passive: true },
+);
+// The log's own height changes too (the composer grows, a notice shows, a
+// phone's keyboard opens): follow then as well.
+new ResizeObserver(() => follow()).observe(log);
+
+function follow() {
+  if (!following) return;
+  log.scrollTop = log.scrollHeight;
+  autoTop = log.scrollTop;
 }
 
 function bubble(role, before) {
@@ -165,15 +188,16 @@ function placeFor(turnId) {
 }
 
 // `before`: the element to insert the turn before (an earlier page), or null.
-function addTurn(turnId, userText, before = placeFor(turnId)) {
-  const follow = nearBottom();
+function addTurn(turnId, userText, before = placeFor(turnId), at = null) {
   const user = bubble("user", before).item;
   const { item, body } = bubble("assistant", before);
   const view = { turnId, userText: "", user, item, body, text: "", status: "streaming", frame: 0, dropped: false, seq: 0 };
   item.dataset.turnId = turnId;
+  // When it started: Support's messages are placed among the turns by time.
+  user.dataset.at = item.dataset.at = String(at ? Date.parse(at) : Date.now());
   views.set(turnId, view);
   setUserText(view, userText);
-  keepScrolled(follow);
+  follow();
   return view;
 }
 
@@ -201,9 +225,8 @@ function setText(view, text, now = false) {
 }
 
 function paint(view) {
-  const follow = nearBottom();
   renderInto(view.body, view.text);
-  keepScrolled(follow);
+  follow();
 }
 
 function showTool(view, name, status) {
@@ -216,6 +239,7 @@ function showTool(view, name, status) {
   // A finished search stays on show while the model reads the results: it
   // is hidden by the next text, or by the end of the turn.
   view.tool.hidden = status === "failed";
+  follow();
 }
 
 // `action`: the label of a button that asks the turn's question again
@@ -281,6 +305,7 @@ function finish(view, { status, text, sources, message, reason = null, rating })
   else if (status === "failed") setNote(view, message || ENDINGS.failed, gettext("Retry"));
   else setNote(view, ENDINGS[status] || "");
   showRating(view, rating === undefined ? view.rated : rating);
+  follow(); // the Sources and the rating row, added below the answer
 }
 
 // --- ratings -------------------------------------------------------------------------------
@@ -297,8 +322,8 @@ function showRating(view, rated = null) {
   const question = document.createElement("span");
   question.className = "message__rating-question";
   question.textContent = gettext("Was this helpful?");
-  const up = ratingButton(view, "up", "\u{1F44D}", gettext("Helpful"));
-  const down = ratingButton(view, "down", "\u{1F44E}", gettext("Not helpful"));
+  const up = ratingButton(view, "up", gettext("Helpful"));
+  const down = ratingButton(view, "down", gettext("Not helpful"));
   const status = document.createElement("span");
   status.className = "message__rating-status";
   status.setAttribute("role", "status");
@@ -308,11 +333,29 @@ function showRating(view, rated = null) {
   markRating(view, view.rated);
 }
 
-function ratingButton(view, value, symbol, label) {
+// The thumbs, drawn: an emoji needs an emoji font, which many systems lack
+// (an empty box). The same drawing as the admin's (chat/templatetags/icons.py).
+const THUMB_PATH =
+  "M7 10v11H3V10h4zm2 11h8.3a2 2 0 0 0 2-1.6l1.4-7A2 2 0 0 0 18.7 10H14V5.5A2.5 2.5 0 0 0 11.5 3L9 10v11z";
+
+function thumb(value) {
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
+  const path = document.createElementNS("http://www.w3.org/2000/svg", "path");
+  path.setAttribute("d", THUMB_PATH);
+  path.setAttribute("fill", "currentColor");
+  if (value === "down") path.setAttribute("transform", "rotate(180 12 12)");
+  svg.append(path);
+  return svg;
+}
+
+function ratingButton(view, value, label) {
   const button = document.createElement("button");
   button.type = "button";
   button.className = `message__rate message__rate--${value}`;
-  button.textContent = symbol;
+  button.append(thumb(value));
   button.title = label;
   button.setAttribute("aria-label", label);
   button.setAttribute("aria-pressed", "false");
@@ -380,7 +423,7 @@ function interruption(view, reason) {
 }
 
 function showTurn(turn, before = null) {
-  const view = addTurn(turn.turn_id, turn.user_text, before);
+  const view = addTurn(turn.turn_id, turn.user_text, before, turn.at);
   finish(view, { status: turn.status, text: turn.assistant_text, sources: turn.sources, reason: turn.reason, rating: turn.rating });
 }
 
@@ -423,7 +466,8 @@ function clearLog() {
   views.clear();
   current = null;
   clearTimeout(recheck);
-  log.querySelectorAll(".message").forEach((item) => item.remove());
+  log.querySelectorAll(".message, .chat__event").forEach((item) => item.remove());
+  messages.clear();
   log.append(empty);
   setMore(false);
   showHandoff(null);
@@ -452,8 +496,11 @@ function showEarlier(page) {
   const fromBottom = log.scrollHeight - log.scrollTop;
   const first = log.querySelector(".message");
   for (const turn of page.turns) showTurn(turn, first);
+  for (const message of page.messages || []) showMessage(message);
   setMore(page.more);
   log.scrollTop = log.scrollHeight - fromBottom;
+  autoTop = Infinity; // the visitor is reading up there: follow again once they are back down
+  following = nearBottom();
 }
 
 // --- talk to a person ---------------------------------------------------------------------
@@ -461,13 +508,63 @@ function showEarlier(page) {
 // The request for a person, once received: said under the conversation
 // until Support closes it, with a form for an email to reply to.
 function showHandoff(state) {
-  handoff = state || null;
+  handoff = state && state.status !== "closed" ? state : null;
   handoffNotice.hidden = !handoff;
+  // While a person has the conversation, what the visitor writes goes to them.
+  const agent = handoff?.status === "claimed" ? handoff.agent : null;
+  input.placeholder = agent ? interpolate(gettext("Write to %s…"), [agent]) : ASK_PLACEHOLDER;
+  follow();
   if (!handoff) return;
-  if (handoff.status === "claimed") handoffText.textContent = gettext("A person from our support team has your request and will get back to you.");
+  if (agent) handoffText.textContent = interpolate(gettext("%s from our support team is answering your messages."), [agent]);
+  else if (handoff.status === "claimed") handoffText.textContent = gettext("A person from our support team has your request and will get back to you.");
   else if (handoff.email) handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will reply by email.");
   else handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will get back to you.");
   handoffEmail.hidden = Boolean(handoff.email);
+}
+
+// A message between the visitor and a person from Support (not a turn):
+// Support's reply, or what the visitor wrote while a person had the
+// conversation. Plain text, placed among the turns by time; once only.
+function showMessage(message) {
+  if (messages.has(message.id)) return;
+  empty.remove();
+  const agent = message.kind === "agent";
+  const item = document.createElement("article");
+  item.className = `message ${agent ? "message--agent" : "message--user message--to-person"}`;
+  item.dataset.messageId = message.id;
+  item.dataset.at = String(Date.parse(message.at));
+  const who = document.createElement("h2");
+  who.className = agent ? "message__author" : "visually-hidden";
+  const time = document.createElement("time");
+  time.dateTime = message.at;
+  time.textContent = timeFormat.format(new Date(message.at));
+  if (agent) who.append(`${message.author} · `, time);
+  else who.textContent = gettext("You said:");
+  const body = document.createElement("div");
+  body.className = "message__text message__text--plain";
+  body.textContent = message.text;
+  item.append(who, body);
+  log.insertBefore(item, placeAt(Number(item.dataset.at)));
+  messages.set(message.id, item);
+  follow();
+}
+
+// Before the first message or turn that came later, or at the end.
+function placeAt(at) {
+  for (const item of log.querySelectorAll(".message")) {
+    if (Number(item.dataset.at) > at) return item;
+  }
+  return null;
+}
+
+// A line in the log that is neither side's message: who answers now.
+function showEvent(text) {
+  empty.remove();
+  const line = document.createElement("p");
+  line.className = "chat__event";
+  line.textContent = text;
+  log.append(line);
+  follow();
 }
 
 personButton.addEventListener("click", () => {
@@ -605,6 +702,25 @@ const handlers = {
       send({ type: "history" });
     }
   },
+  "agent.message": (frame) => showMessage({ ...frame, kind: "agent" }),
+  "visitor.message": (frame) => {
+    // Our own message, taken by the person who has the conversation (every
+    // tab gets it; here it is also the answer to what was sent).
+    if (pending?.text === frame.text) pending = null;
+    showMessage({ ...frame, kind: "visitor" });
+    setConnection("", "open");
+    updateControls();
+  },
+  "handoff.updated": (frame) => {
+    const was = handoff;
+    const state = frame.handoff;
+    if (state.status === "claimed" && state.agent && was?.agent !== state.agent) {
+      showEvent(interpolate(gettext("%s from our support team joined the conversation."), [state.agent]));
+    } else if (state.status === "closed" && was) {
+      showEvent(gettext("Support closed the conversation. The assistant answers again."));
+    }
+    showHandoff(state);
+  },
   "handoff.saved": (frame) => {
     if (askPerson.open) askPerson.close();
     askPersonForm.reset();
@@ -658,9 +774,10 @@ function reconcile(page, again = false) {
     if (!view) {
       if (oldest && turn.turn_id < oldest) continue; // "Show earlier messages" brings those
       if (pending?.dropped && turn.user_text === pending.text) pending = null; // sent just before a drop
-      view = addTurn(turn.turn_id, turn.user_text);
+      view = addTurn(turn.turn_id, turn.user_text, placeFor(turn.turn_id), turn.at);
     }
     if (view.userText !== turn.user_text) setUserText(view, turn.user_text);
+    if (turn.at) view.user.dataset.at = view.item.dataset.at = String(Date.parse(turn.at));
     if (view === current || held.some((frame) => frame.turn_id === turn.turn_id)) continue; // live
     if (turn.status === "streaming") {
       // No live frame for it (yet): a resume usually follows a connect at
@@ -684,8 +801,12 @@ function reconcile(page, again = false) {
     pending = null;
     setConnection(gettext("Your last message was not sent. Please send it again."), "open");
   }
+  for (const message of page.messages || []) showMessage(message);
   if (stillStreaming) scheduleRecheck();
-  if (!oldest) log.scrollTop = log.scrollHeight; // a first look starts at the latest
+  if (!oldest) {
+    following = true; // a first look starts at the latest
+    follow();
+  }
   updateControls();
 }
 
