@@ -493,7 +493,9 @@ class TurnAdmin(ModelAdmin):
 
     @admin.display(description=_("answer, as the visitor saw it"))
     def answer(self, obj) -> str:
-        return _text(obj, obj.assistant_text)
+        # Rendered, as the chat showed it: Markdown, and an answer cut short as it ended there.
+        context = {"text": obj.assistant_text, "erased_at": obj.erased_at, "markdown": True, "status": obj.status}
+        return render_to_string("admin/chat/text.html", context)
 
     @admin.display(description=_("rating"), ordering="feedback__rating")
     def rating(self, obj) -> str:

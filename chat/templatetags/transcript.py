@@ -9,6 +9,8 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
+from chat.text import mended
+
 register = template.Library()
 
 # CommonMark with tables and strikethrough, as the chat page renders. Raw
@@ -23,6 +25,13 @@ _markdown.disable("image")
 def markdown(text: str) -> SafeString:
     # Safe: markdown-it escapes every text it emits, and html is off.
     return mark_safe(_markdown.render(text or ""))
+
+
+@register.filter
+def answer_markdown(text: str, status: str = "") -> SafeString:
+    """An answer as the visitor saw it: one that did not complete ends as
+    the chat showed it (chat/text.py, mended)."""
+    return markdown(mended(text or "") if status and status != "completed" else text)
 
 
 @register.filter

@@ -8,7 +8,7 @@
 // live, whichever tab asked, and a tab that connects while it runs (a
 // reload, a second tab, a reconnect) is resumed from the text so far
 // (turn.resume), then follows its numbered frames (seq).
-import { renderInto } from "./markdown.js";
+import { mend, renderInto } from "./markdown.js";
 
 // The visitor's language: Django's catalog for this page (/jsi18n/), loaded
 // before this module; English if it could not be.
@@ -225,7 +225,8 @@ function setText(view, text, now = false) {
 }
 
 function paint(view) {
-  renderInto(view.body, view.text);
+  // Streaming, or cut short: its last line may end mid-markup (see mend).
+  renderInto(view.body, view.status === "completed" ? view.text : mend(view.text));
   follow();
 }
 
@@ -293,9 +294,9 @@ function showSources(view, sources) {
 
 // Shows how a turn ended. `text` is the server's, when it is known.
 function finish(view, { status, text, sources, message, reason = null, rating }) {
+  view.status = status; // before painting: a completed answer is shown as written (see mend)
   setText(view, text ?? view.text, true);
   if (view === current) current = null; // before the note: its button may ask again
-  view.status = status;
   view.reason = reason ?? null;
   view.item.dataset.status = status;
   view.item.removeAttribute("aria-busy");

@@ -592,6 +592,31 @@ function anchor(href, children) {
 
 // --- streaming -----------------------------------------------------------------------------
 
+// An answer still streaming, or cut short (a Stop, a limit, a failure), ends
+// mid-markup: "**[Moderating posts: merging". Shown as it is meant: an open
+// code fence closed, an unfinished link as its text, an open code span,
+// strikethrough or bold closed. Only the last line is looked at: what came
+// before it was complete. The transcript does the same (chat/text.py, mended).
+const FENCE_LINE = /^ {0,3}(`{3,}|~{3,})/gm;
+const OPEN_LINK = /!?\[([^[\]\n]*)(?:\]\([^()\s]*)?$/;
+
+export function mend(text) {
+  if ((text.match(FENCE_LINE) || []).length % 2) return `${text.replace(/\n+$/, "")}\n\`\`\``;
+  const cut = text.lastIndexOf("\n");
+  const head = cut >= 0 ? text.slice(0, cut + 1) : "";
+  let last = text.slice(cut + 1).trimEnd().replace(OPEN_LINK, (_, label) => label);
+  for (const marker of ["`", "~~", "**"]) if (unclosed(last, marker)) last += marker;
+  return head + last;
+}
+
+function unclosed(line, marker) {
+  if (marker !== "`") line = line.replace(/`[^`]*`/g, ""); // code spans hold no markup
+  const count = line.split(marker).length - 1;
+  if (count % 2 === 0) return false;
+  const after = line.slice(line.lastIndexOf(marker) + marker.length);
+  return after.length > 0 && !/\s/.test(after[0]);
+}
+
 // Renders text into container, reusing the nodes of blocks whose source has
 // not changed since the last call: while an answer streams, only its last
 // block is rebuilt, so nothing above it flickers or re-flows.

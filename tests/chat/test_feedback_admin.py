@@ -2,6 +2,7 @@
 review queue of the answers with the articles each used."""
 
 import json
+import re
 
 import pytest
 from django.contrib.auth.models import Group
@@ -75,7 +76,7 @@ def test_the_transcript_shows_the_rating_and_comment(support):
 
     page = support.get(reverse("admin:chat_conversation_change", args=[turn.conversation_id])).content.decode()
 
-    assert 'kk-rating--down">Thumbs down</span>' in page
+    assert re.search(r'kk-rating--down"><svg class="kk-thumb"[^>]*>.*?</svg> Thumbs down</span>', page)
     assert "<q>Wrong &lt;b&gt;board&lt;/b&gt;</q>" in page
 
 

@@ -2,6 +2,7 @@
 visitor saw them, readable tool calls, turns numbered per conversation."""
 
 import json
+import re
 
 import pytest
 from django.urls import reverse
@@ -83,8 +84,9 @@ def test_the_conversation_list_shows_the_first_question_ratings_and_seconds(admi
     page = admin_client.get(reverse("admin:chat_conversation_changelist")).content.decode()
 
     assert "How do I export my data?" in page
-    assert 'kk-rating--down">1 down</span>' in page
-    assert 'kk-rating--up">1 up</span>' in page
+    # Each with its thumb, drawn (chat/templatetags/icons.py): no emoji font needed.
+    assert re.search(r'kk-rating--down"><svg class="kk-thumb"[^>]*>.*?</svg> 1 down</span>', page)
+    assert re.search(r'kk-rating--up"><svg class="kk-thumb"[^>]*>.*?</svg> 1 up</span>', page)
     started = conversation.created_at.strftime("%Y-%m-%d %H:%M:%S")
     assert started in page
 
@@ -96,3 +98,46 @@ def test_the_admin_says_kookee_chat_and_filters_in_plain_words(admin_client):
     assert "Kookee chat" in index
     assert "Django administration" not in index
     assert "the model was called more often than its searches needed" in turns
+
+
+CUT_SHORT = "Merge them from the post's page: see **[Moderating posts: merging"
+
+
+def test_an_answer_cut_short_reads_as_the_visitor_saw_it(admin_client):
+    """A Stop mid-link: the chat showed bold text, not "**[" (chat/text.py, mended)."""
+    conversation, [turn] = conversation_with(("How do I merge posts?", CUT_SHORT))
+    Turn.objects.filter(pk=turn.pk).update(status="interrupted", interrupted=True, stop_reason="stopped")
+
+    for page in (
+        transcript(admin_client, conversation),
+        admin_client.get(reverse("admin:chat_turn_change", args=[turn.pk])).content.decode(),
+    ):
+        assert "<strong>Moderating posts: merging</strong>" in page
+        assert "**[Moderating" not in page
+
+
+def test_the_turn_page_renders_the_answer_as_markdown(admin_client):
+    _, [turn] = conversation_with(("q", "**Open** [Boards](/help/boards/).\n\n- one"))
+
+    page = admin_client.get(reverse("admin:chat_turn_change", args=[turn.pk])).content.decode()
+
+    assert '<strong>Open</strong> <a href="/help/boards/">Boards</a>' in page
+    assert "<li>one</li>" in page
+    assert "**Open**" not in page
+
+
+def test_a_completed_answer_is_shown_as_written():
+    from chat.templatetags.transcript import answer_markdown
+
+    assert "<strong>" not in answer_markdown("2 **3", "completed")
+    assert "<strong>3</strong>" in answer_markdown("2 **3", "interrupted")
+
+
+def test_bold_in_an_answer_is_not_styled_as_the_speakers_label():
+    """The labels ("Visitor", "Assistant") are the direct children; bold text
+    in an answer (a link on a line of its own, in bold) stays text."""
+    from pathlib import Path
+
+    css = (Path(__file__).resolve().parents[2] / "static" / "chat" / "admin.css").read_text()
+    assert ".kk-says > strong {" in css
+    assert ".kk-says strong {" not in css

@@ -745,3 +745,32 @@ def test_an_article_page_has_an_anchor_on_each_section(browser, offline_app):
         assert page.evaluate("window.scrollY") > 0
     finally:
         context.close()
+
+
+# An answer cut short mid-markup: the chat (markdown.js, mend) and the
+# transcript (chat/text.py, mended) close it by the same rules.
+CUT_SHORT = [
+    "Some text **[Moderating posts: merging",
+    "**[Moderating posts: merging duplicates](/help/moderating-posts/#merg",
+    "see [the doc](/help/x",
+    "a `code",
+    "done ~~old",
+    "```py\nx = 1",
+    "Steps:\n- **Open",
+    "5 * 3 and x ** y",
+    "a **b** c `d` done",
+    "ends with a link [Setup](https://x.example/a#b)",
+    "**bold then `code **",
+    "",
+]
+
+
+def test_an_answer_cut_short_is_mended_as_the_transcript_mends_it(md):
+    from chat.text import mended
+
+    from_js = md.run(
+        "async (texts) => { const m = await import('/static/chat/markdown.js'); return texts.map(m.mend); }", CUT_SHORT
+    )
+    assert from_js == [mended(text) for text in CUT_SHORT]
+    assert from_js[0] == "Some text **Moderating posts: merging**"
+    assert md.html(from_js[1]) == "<p><strong>Moderating posts: merging duplicates</strong></p>"
