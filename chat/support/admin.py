@@ -187,8 +187,9 @@ class FiguresPage(WrittenByTheApp, ModelAdmin):
             "opts": self.opts,
             "title": self.title,
             "period": period,
-            "presets": [(days, request.GET.get("days") == str(days)) for days in reports.PERIODS],
-            "custom": bool(request.GET.get("from") or request.GET.get("to")),
+            # The period shown is highlighted among the presets, the default (30 days) too.
+            "presets": [(days, period.is_last_days(days)) for days in reports.PERIODS],
+            "custom": not any(period.is_last_days(days) for days in reports.PERIODS),
             **self.figures(period),
         }
         request.current_app = self.admin_site.name

@@ -7,6 +7,13 @@ Definitions (also on the pages, and in docs/operations.md):
 - A conversation counts in a period when one of its turns started in it.
 - Resolved: a conversation with no thumbs down on any of its answers and no
   request for a person, as of now.
+- Ratings: thumbs up and down as shares of the rated answers (as Intercom and
+  Zendesk show them); the rating rate is the share of answers rated at all.
+- Time to a person's first reply: from a request (made in the period) to the
+  first reply of Support in it; time to close: from a request to its close.
+  Median and 90th percentile (nearest rank), over the requests that got one.
+- Each headline figure is compared with the period of the same length just
+  before.
 - Time to first delta: from the visitor's message being stored to the first
   text or tool call of the turn's first model call.
 - Unanswered questions: help-center searches that found no article above
@@ -21,15 +28,16 @@ Definitions (also on the pages, and in docs/operations.md):
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import Count, OuterRef, Q, Subquery
 
 from billing import days
-from chat.models import Conversation, Feedback, Generation, Handoff, Search, Turn
+from chat.models import Conversation, Feedback, Generation, Handoff, Message, Search, Turn
 from helpcenter import search
 
 PERIODS = (7, 30, 90)  # the pages' presets, in days
@@ -61,6 +69,14 @@ class Period:
     def days(self) -> int:
         return (self.last - self.first).days + 1
 
+    @property
+    def previous(self) -> Period:
+        """The period of the same length just before this one."""
+        return Period(self.first - timedelta(days=self.days), self.first - timedelta(days=1))
+
+    def is_last_days(self, count: int) -> bool:
+        return self == Period.last_days(count)
+
     @classmethod
     def last_days(cls, count: int) -> Period:
         today = days.today()
@@ -85,11 +101,45 @@ class Period:
 
 
 def figures(period: Period) -> dict[str, Any]:
-    """The support report's figures for the period."""
+    """The support report's figures for the period, each headline figure
+    beside its value in the period of the same length just before."""
+    now, before = _headline(period), _headline(period.previous)
     turns = Turn.objects.filter(started_at__gte=period.start, started_at__lt=period.end)
     statuses = dict(turns.order_by().values_list("status").annotate(n=Count("id")))
-    turn_count = sum(statuses.values())
+    handoffs = Handoff.objects.filter(created_at__gte=period.start, created_at__lt=period.end)
+    by_source = dict(handoffs.order_by().values_list("source").annotate(n=Count("id")))
+    by_status = dict(handoffs.order_by().values_list("status").annotate(n=Count("id")))
+    return {
+        **now,
+        "previous": before,
+        "changes": {key: _change(now[key], before[key]) for key in COMPARED},
+        "handoffs_by_source": [(s, by_source.get(s, 0)) for s in Handoff.Source],
+        "handoffs_by_status": [(s, by_status.get(s, 0)) for s in Handoff.Status],
+        "statuses": [(s, statuses.get(s, 0), _share(statuses.get(s, 0), now["turns"])) for s in Turn.Status],
+        "volume": _volume(period, turns),
+        "unanswered": unanswered(period, limit=TOP_UNANSWERED),
+    }
+
+
+# The headline figures compared with the period before.
+COMPARED = (
+    "conversations",
+    "turns",
+    "rated_up_share",
+    "rating_rate",
+    "resolution_rate",
+    "handoffs",
+    "median_first_delta_ms",
+    "first_reply_median_s",
+    "close_median_s",
+)
+
+
+def _headline(period: Period) -> dict[str, Any]:
+    turns = Turn.objects.filter(started_at__gte=period.start, started_at__lt=period.end)
+    turn_count = turns.count()
     ratings = dict(Feedback.objects.filter(turn__in=turns).order_by().values_list("rating").annotate(n=Count("id")))
+    up, down = ratings.get(Feedback.Rating.UP, 0), ratings.get(Feedback.Rating.DOWN, 0)
     conversations = Conversation.objects.filter(id__in=turns.values("conversation_id"))
     conversation_count = conversations.count()
     unresolved = (
@@ -98,24 +148,81 @@ def figures(period: Period) -> dict[str, Any]:
         .count()
     )
     handoffs = Handoff.objects.filter(created_at__gte=period.start, created_at__lt=period.end)
-    by_source = dict(handoffs.order_by().values_list("source").annotate(n=Count("id")))
-    by_status = dict(handoffs.order_by().values_list("status").annotate(n=Count("id")))
+    first_replies = _first_replies(handoffs)
+    closes = [
+        (closed - created).total_seconds()
+        for created, closed in handoffs.filter(closed_at__isnull=False).values_list("created_at", "closed_at")[
+            :MAX_ROWS
+        ]
+    ]
     return {
         "conversations": conversation_count,
         "turns": turn_count,
-        "rated_up": ratings.get(Feedback.Rating.UP, 0),
-        "rated_down": ratings.get(Feedback.Rating.DOWN, 0),
-        "rated_up_share": _share(ratings.get(Feedback.Rating.UP, 0), turn_count),
-        "rated_down_share": _share(ratings.get(Feedback.Rating.DOWN, 0), turn_count),
+        "rated_up": up,
+        "rated_down": down,
+        "rated": up + down,
+        # Of the rated answers, as Intercom and Zendesk show them: not of all answers.
+        "rated_up_share": _share(up, up + down),
+        "rated_down_share": _share(down, up + down),
+        "rating_rate": _share(up + down, turn_count),
         "resolved": conversation_count - unresolved,
         "resolution_rate": _share(conversation_count - unresolved, conversation_count),
-        "handoffs": sum(by_source.values()),
-        "handoffs_by_source": [(s, by_source.get(s, 0)) for s in Handoff.Source],
-        "handoffs_by_status": [(s, by_status.get(s, 0)) for s in Handoff.Status],
+        "handoffs": handoffs.count(),
         "median_first_delta_ms": _median_first_delta_ms(turns),
-        "statuses": [(s, statuses.get(s, 0), _share(statuses.get(s, 0), turn_count)) for s in Turn.Status],
-        "unanswered": unanswered(period, limit=TOP_UNANSWERED),
+        "replied": len(first_replies),
+        "first_reply_median_s": _percentile(first_replies, 50),
+        "first_reply_p90_s": _percentile(first_replies, 90),
+        "closed": len(closes),
+        "close_median_s": _percentile(closes, 50),
+        "close_p90_s": _percentile(closes, 90),
     }
+
+
+def _first_replies(handoffs) -> list[float]:
+    """Seconds from each request to a person's first reply in it (chat/support/replies.py)."""
+    first = Message.objects.filter(handoff=OuterRef("pk"), kind=Message.Kind.AGENT).order_by("created_at")
+    rows = (
+        handoffs.annotate(replied_at=Subquery(first.values("created_at")[:1]))
+        .filter(replied_at__isnull=False)
+        .values_list("created_at", "replied_at")[:MAX_ROWS]
+    )
+    return [(replied - created).total_seconds() for created, replied in rows]
+
+
+def _percentile(values: list[float], percent: int) -> float | None:
+    """The nearest-rank percentile: a value that happened, not an interpolation."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)]
+
+
+def _change(now: float | None, before: float | None) -> float | None:
+    """The relative change from the period before; None when either is unknown or zero."""
+    if now is None or not before:
+        return None
+    return (now - before) / before
+
+
+def _volume(period: Period, turns) -> list[dict[str, Any]]:
+    """Conversations and turns per day of the period, with each day's share of
+    the busiest day (for a bar)."""
+    by_day: dict[date, dict[str, Any]] = {}
+    tz = days.zone()
+    for started, conversation in turns.values_list("started_at", "conversation_id")[:MAX_ROWS]:
+        day = started.astimezone(tz).date()
+        entry = by_day.setdefault(day, {"turns": 0, "conversations": set()})
+        entry["turns"] += 1
+        entry["conversations"].add(conversation)
+    rows = []
+    for offset in range(period.days):
+        day = period.first + timedelta(days=offset)
+        entry = by_day.get(day, {"turns": 0, "conversations": set()})
+        rows.append({"day": day, "turns": entry["turns"], "conversations": len(entry["conversations"])})
+    busiest = max((row["turns"] for row in rows), default=0)
+    for row in rows:
+        row["bar"] = round(100 * row["turns"] / busiest) if busiest else 0
+    return rows
 
 
 def _share(part: int, whole: int) -> float | None:

@@ -153,9 +153,11 @@ def test_the_report_counts_the_periods_conversations_and_turns(week):
 
 def test_the_report_counts_ratings_of_the_periods_turns(week):
     figures = reports.figures(MARCH)
-    assert (figures["rated_up"], figures["rated_down"]) == (2, 1)
-    assert figures["rated_up_share"] == 2 / 7
-    assert figures["rated_down_share"] == 1 / 7
+    assert (figures["rated_up"], figures["rated_down"], figures["rated"]) == (2, 1, 3)
+    # Shares of the rated answers, as Intercom and Zendesk show them (not of all 7).
+    assert figures["rated_up_share"] == 2 / 3
+    assert figures["rated_down_share"] == 1 / 3
+    assert figures["rating_rate"] == 3 / 7
 
 
 def test_resolved_means_no_thumbs_down_and_no_request_for_a_person(week):
@@ -173,7 +175,7 @@ def test_resolution_without_the_old_request(week):
 def test_the_report_counts_the_periods_requests_for_a_person(week):
     figures = reports.figures(MARCH)
     assert figures["handoffs"] == 3  # C's, E's and Late's
-    assert figures["handoffs_by_source"] == [("visitor", 2), ("assistant", 1)]
+    assert figures["handoffs_by_source"] == [("visitor", 2), ("assistant", 1), ("support", 0)]
     assert figures["handoffs_by_status"] == [("open", 1), ("claimed", 1), ("closed", 1)]
 
 
@@ -198,22 +200,81 @@ def test_the_report_lists_the_top_unanswered_questions(week):
 
 def test_an_empty_period_has_no_shares():
     figures = reports.figures(MARCH)
-    assert figures == {
+    empty = {
         "conversations": 0,
         "turns": 0,
         "rated_up": 0,
         "rated_down": 0,
+        "rated": 0,
         "rated_up_share": None,
         "rated_down_share": None,
+        "rating_rate": None,
         "resolved": 0,
         "resolution_rate": None,
         "handoffs": 0,
-        "handoffs_by_source": [("visitor", 0), ("assistant", 0)],
-        "handoffs_by_status": [("open", 0), ("claimed", 0), ("closed", 0)],
         "median_first_delta_ms": None,
-        "statuses": [(status, 0, None) for status in Turn.Status.values],
-        "unanswered": [],
+        "replied": 0,
+        "first_reply_median_s": None,
+        "first_reply_p90_s": None,
+        "closed": 0,
+        "close_median_s": None,
+        "close_p90_s": None,
     }
+    assert {key: figures[key] for key in empty} == empty
+    assert figures["previous"] == empty
+    assert set(figures["changes"].values()) == {None}
+    assert figures["handoffs_by_source"] == [("visitor", 0), ("assistant", 0), ("support", 0)]
+    assert figures["statuses"] == [(status, 0, None) for status in Turn.Status.values]
+    assert figures["unanswered"] == []
+    assert [row["turns"] for row in figures["volume"]] == [0] * 7
+
+
+def test_each_figure_is_compared_with_the_period_before(week):
+    # The week before March 1-7: February 22-28.
+    assert MARCH.previous == Period(date(2026, 2, 22), date(2026, 2, 28))
+    turn(conversation(), at(25, month=2))
+    figures = reports.figures(MARCH)
+    assert (figures["previous"]["conversations"], figures["previous"]["turns"]) == (1, 1)
+    assert figures["changes"]["turns"] == (7 - 1) / 1
+    assert figures["previous"]["handoffs"] == 1  # A's, the second before the week
+    assert figures["changes"]["handoffs"] == (3 - 1) / 1
+    assert figures["changes"]["rated_up_share"] is None, "nothing rated before: no change to tell"
+
+
+def test_volume_by_day_counts_conversations_and_turns(week):
+    volume = reports.figures(MARCH)["volume"]
+    assert [row["day"] for row in volume] == [date(2026, 3, day) for day in range(1, 8)]
+    assert [row["turns"] for row in volume] == [1, 1, 1, 1, 1, 2, 0]
+    assert [row["conversations"] for row in volume] == [1, 1, 1, 1, 1, 2, 0]
+    assert max(row["bar"] for row in volume) == 100
+
+
+def test_time_to_a_persons_first_reply_and_to_close():
+    from chat.models import Message
+
+    for minutes_to_reply, minutes_to_close in ((2, 30), (10, 60), (4, None)):
+        c = conversation()
+        request = handoff(c, at(3, 9), status="closed" if minutes_to_close else "claimed")
+        replied = at(3, 9) + timedelta(minutes=minutes_to_reply)
+        Message.objects.create(conversation=c, handoff=request, kind="agent", text="Hi", created_at=replied)
+        Message.objects.create(conversation=c, handoff=request, kind="agent", text="Again", created_at=at(3, 11))
+        if minutes_to_close:
+            closed = at(3, 9) + timedelta(minutes=minutes_to_close)
+            Handoff.objects.filter(pk=request.pk).update(closed_at=closed)
+    handoff(conversation(), at(3, 9))  # nobody replied yet: not in the times
+
+    figures = reports.figures(MARCH)
+
+    assert (figures["replied"], figures["first_reply_median_s"], figures["first_reply_p90_s"]) == (3, 240, 600)
+    assert (figures["closed"], figures["close_median_s"], figures["close_p90_s"]) == (2, 1800, 3600)
+
+
+def test_the_period_shown_is_highlighted_the_default_too(support):
+    page = support.get("/admin/chat/supportreport/").content.decode()
+    assert re.search(r'<a href="\?days=30" aria-current="true" class="selected">', page)
+    page = support.get("/admin/chat/supportreport/?days=7").content.decode()
+    assert re.search(r'<a href="\?days=7" aria-current="true" class="selected">', page)
+    assert 'href="?days=30" aria-current' not in page
 
 
 # --- the unanswered questions -----------------------------------------------------------------
@@ -656,7 +717,8 @@ def test_the_report_takes_the_same_queries_for_few_and_many(support, django_asse
         searched(rated, f"zorble{number} pay", now)
         rate(rated, "down", now)
         handoff(talk, now, reason=f"zorble{number}")
-    with django_assert_max_num_queries(20):
+    # The headline figures twice (this period and the one before), each a fixed number of queries.
+    with django_assert_max_num_queries(32):
         assert support.get(REPORT_PAGE).status_code == 200
 
 
