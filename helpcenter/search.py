@@ -206,6 +206,16 @@ def search_sync(query: str) -> dict[str, Any]:
     return _searched(snapshot, query, embedder, embedded)[0]
 
 
+def answered_by_words(query: str) -> bool:
+    """Whether an article now clears the relevance floor for the query by its
+    words alone: free and instant (no embedding), for pages that check many
+    past questions at once (Support's unanswered questions)."""
+    try:
+        return "no_good_match" not in search_in(index.current_sync(), query)
+    except ValueError:
+        return False
+
+
 def _embedder_for(snapshot: index.Snapshot) -> embeddings.Embedder | None:
     """The embedder, when the snapshot has vectors of its model (else the
     query is not worth embedding). Asks the indexer for what is missing."""

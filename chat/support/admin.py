@@ -207,7 +207,8 @@ class UnansweredQuestionAdmin(FiguresPage):
     title = _("Unanswered questions")
 
     def figures(self, period: reports.Period) -> dict:
-        return {"gaps": reports.unanswered(period)}
+        found = reports.unanswered_in(period)
+        return {"gaps": found.gaps, "accounts": found.accounts, "answered_since": found.answered_since}
 
 
 @admin.register(SupportReport)

@@ -29,6 +29,7 @@ Definitions (also on the pages, and in docs/operations.md):
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -242,7 +243,8 @@ class Gap:
     """Questions the help center did not answer, grouped by their terms."""
 
     terms: str
-    example: str = ""  # the latest wording
+    example: str = ""  # the latest wording, the visitor's own
+    query: str = ""  # what the model searched for, when it did
     searches: int = 0  # searches with no good match
     thumbs_down: int = 0
     handoffs: int = 0
@@ -263,30 +265,70 @@ class Gap:
         """How many conversations besides the examples."""
         return max(0, len(self.conversations) - EXAMPLES)
 
-    def add(self, kind: str, text: str, when: datetime, conversation: tuple[int, Any]) -> None:
+    def add(self, kind: str, text: str, when: datetime, conversation: tuple[int, Any], query: str = "") -> None:
         setattr(self, kind, getattr(self, kind) + 1)
         if self.last_seen is None or when > self.last_seen:
             self.last_seen = when
             self.example = text or self.example
+            self.query = query or self.query
         elif not self.example:
             self.example = text
         self.conversations.setdefault(conversation[0], str(conversation[1]))
 
 
+# A question about the visitor's own account, order or invoice names it: an
+# invoice or order number ("INV-2291", "#48213", "order 1234567"), an email
+# address. No article answers those: they are Support's, not content gaps.
+_ACCOUNT = re.compile(
+    r"\b[A-Za-z]{2,6}[-_#]?\d{3,}\b"  # INV-2291, ORD_123, PO#5541
+    r"|#\d{3,}\b"  # #48213
+    r"|\b\d{5,}\b"  # an account, order or card number
+    r"|[\w.+-]+@[\w-]+\.[\w.-]+"  # an email address
+)
+
+
+def about_an_account(text: str | None) -> bool:
+    """Whether a question names the visitor's own account, order or invoice."""
+    return bool(text and _ACCOUNT.search(text))
+
+
+@dataclass
+class Unanswered:
+    """The unanswered questions of a period, and what was set apart from them."""
+
+    gaps: list[Gap]
+    # Questions about a visitor's own account: for Support, not for an article.
+    accounts: Gap = field(default_factory=lambda: Gap(""))
+    # Gaps that an article now answers (published or changed since).
+    answered_since: int = 0
+
+
 def unanswered(period: Period, limit: int = 50) -> list[Gap]:
     """The period's unanswered questions, the most frequent first."""
+    return unanswered_in(period, limit).gaps
+
+
+def unanswered_in(period: Period, limit: int = 50) -> Unanswered:
+    """The period's unanswered questions, the most frequent first; without
+    the questions about a visitor's own account, counted apart, and without
+    those an article answers now (by its words: see answered_now)."""
     window = {"gte": period.start, "lt": period.end}
     gaps: dict[str, Gap] = {}
+    result = Unanswered([])
 
-    def add(terms: str, kind: str, text: str, when: datetime, conversation: tuple[int, Any]) -> None:
-        gaps.setdefault(terms, Gap(terms)).add(kind, text, when, conversation)
+    def add(terms, kind, text, when, conversation, query="", *more_text) -> None:
+        if any(about_an_account(t) for t in (text, query, *more_text)):
+            result.accounts.add(kind, text, when, conversation, query)
+            return
+        gaps.setdefault(terms, Gap(terms)).add(kind, text, when, conversation, query)
 
     weak = Search.objects.filter(matched=False, created_at__gte=window["gte"], created_at__lt=window["lt"])
-    for terms, query, when, conversation, public_id in weak.order_by("-created_at").values_list(
-        "terms", "query", "created_at", "turn__conversation_id", "turn__conversation__public_id"
+    for terms, query, question, when, conversation, public_id in weak.order_by("-created_at").values_list(
+        "terms", "query", "turn__user_text", "created_at", "turn__conversation_id", "turn__conversation__public_id"
     )[:MAX_ROWS]:
         if terms:  # erased searches have none
-            add(terms, "searches", query, when, (conversation, public_id))
+            # The visitor's words, not the model's query (often half-translated).
+            add(terms, "searches", question or query, when, (conversation, public_id), query)
 
     down = Feedback.objects.filter(
         rating=Feedback.Rating.DOWN, updated_at__gte=window["gte"], updated_at__lt=window["lt"]
@@ -294,9 +336,9 @@ def unanswered(period: Period, limit: int = 50) -> list[Gap]:
     down = list(down[:MAX_ROWS])
     searched = _last_weak_search_of_turns([row[0] for row in down])
     for turn_id, question, when, conversation, public_id in down:
-        terms, text = searched.get(turn_id) or (search.normalised(question), question)
+        terms, query, _ = searched.get(turn_id) or (search.normalised(question), "", question)
         if terms:
-            add(terms, "thumbs_down", text, when, (conversation, public_id))
+            add(terms, "thumbs_down", question or query, when, (conversation, public_id), query)
 
     handoffs = list(
         Handoff.objects.filter(created_at__gte=window["gte"], created_at__lt=window["lt"]).values_list(
@@ -306,12 +348,29 @@ def unanswered(period: Period, limit: int = 50) -> list[Gap]:
     searched = _last_weak_search_of_conversations([row[0] for row in handoffs])
     for conversation, public_id, when, reason, question in handoffs:
         # What the conversation searched for in vain says more than "yes please".
-        terms, text = searched.get(conversation) or _terms_of(reason, question)
+        terms, query, asked = searched.get(conversation) or (_terms_of(reason, question)[0], "", "")
         if terms:  # no question asked, or erased: nothing for an article to answer
-            add(terms, "handoffs", text, when, (conversation, public_id))
+            # The question that found nothing, else what they asked a person for.
+            text = asked or reason or question or query
+            add(terms, "handoffs", text, when, (conversation, public_id), query, reason)
 
     ordered = sorted(gaps.values(), key=lambda gap: (-gap.total, -gap.last_seen.timestamp(), gap.terms))
-    return ordered[:limit]
+    for gap in ordered:
+        if len(result.gaps) >= limit:
+            break
+        if answered_now(gap):
+            result.answered_since += 1
+        else:
+            result.gaps.append(gap)
+    return result
+
+
+def answered_now(gap: Gap) -> bool:
+    """Whether an article answers the gap now (one was written or changed
+    since): its words clear the relevance floor for the visitor's question,
+    or for the model's query. By words only: free, and instant for a page
+    of gaps; an answer by meaning alone stays listed, to be checked by eye."""
+    return any(search.answered_by_words(text) for text in (gap.example, gap.query) if text)
 
 
 def _terms_of(*texts: str | None) -> tuple[str, str]:
@@ -321,21 +380,24 @@ def _terms_of(*texts: str | None) -> tuple[str, str]:
     return "", ""
 
 
-def _last_weak_search_of_turns(turn_ids: list[int]) -> dict[int, tuple[str, str]]:
-    found: dict[int, tuple[str, str]] = {}
+def _last_weak_search_of_turns(turn_ids: list[int]) -> dict[int, tuple[str, str, str]]:
+    """Each turn's last search without a good match: its terms, its query and the visitor's question."""
+    found: dict[int, tuple[str, str, str]] = {}
     rows = Search.objects.filter(turn_id__in=turn_ids, matched=False).exclude(terms="").order_by("created_at", "id")
-    for turn_id, terms, query in rows.values_list("turn_id", "terms", "query"):
-        found[turn_id] = (terms, query)  # the last one wins
+    for turn_id, terms, query, question in rows.values_list("turn_id", "terms", "query", "turn__user_text"):
+        found[turn_id] = (terms, query, question)  # the last one wins
     return found
 
 
-def _last_weak_search_of_conversations(conversation_ids: list[int]) -> dict[int, tuple[str, str]]:
-    found: dict[int, tuple[str, str]] = {}
+def _last_weak_search_of_conversations(conversation_ids: list[int]) -> dict[int, tuple[str, str, str]]:
+    found: dict[int, tuple[str, str, str]] = {}
     rows = (
         Search.objects.filter(turn__conversation_id__in=conversation_ids, matched=False)
         .exclude(terms="")
         .order_by("created_at", "id")
     )
-    for conversation_id, terms, query in rows.values_list("turn__conversation_id", "terms", "query"):
-        found[conversation_id] = (terms, query)
+    for conversation_id, terms, query, question in rows.values_list(
+        "turn__conversation_id", "terms", "query", "turn__user_text"
+    ):
+        found[conversation_id] = (terms, query, question)
     return found

@@ -283,7 +283,7 @@ def test_the_period_shown_is_highlighted_the_default_too(support):
 def test_weak_searches_for_the_same_thing_group():
     first, second, third = conversation(), conversation(), conversation()
     searched(turn(first, at(2)), "Can I pay with bitcoin?", at(2, 10))
-    later = turn(second, at(3))
+    later = turn(second, at(3), question="Do you take bitcoin?")
     searched(later, "pay in bitcoins", at(3, 10))
     searched(later, "install the widget", at(3, 11), matched=True)  # found: not a gap
     old = turn(third, at(20, month=2))
@@ -295,7 +295,8 @@ def test_weak_searches_for_the_same_thing_group():
 
     assert gap.terms == "bitcoin pay"
     assert (gap.searches, gap.thumbs_down, gap.handoffs, gap.total) == (2, 0, 0, 2)
-    assert gap.example == "pay in bitcoins"  # the latest wording
+    # The latest wording, the visitor's own; the model's query beside it.
+    assert (gap.example, gap.query) == ("Do you take bitcoin?", "pay in bitcoins")
     assert gap.last_seen == at(3, 10)
     assert gap.conversations == {second.id: str(second.public_id), first.id: str(first.public_id)}
     assert list(gap.conversations) == [second.id, first.id]  # the latest first
@@ -313,7 +314,8 @@ def test_a_thumbs_down_takes_the_turns_last_weak_search():
 
     assert set(gaps) == {"bitcoin pay", "pay paypal"}
     assert (gaps["bitcoin pay"].searches, gaps["bitcoin pay"].thumbs_down) == (1, 1)
-    assert gaps["bitcoin pay"].example == "pay in bitcoins"
+    # The visitor's words; the model's query beside them.
+    assert (gaps["bitcoin pay"].example, gaps["bitcoin pay"].query) == ("how do I pay?", "pay in bitcoins")
     assert gaps["bitcoin pay"].last_seen == at(2, 13)
     assert (gaps["pay paypal"].searches, gaps["pay paypal"].thumbs_down) == (1, 0)
 
@@ -348,7 +350,8 @@ def test_a_request_for_a_person_takes_the_conversations_last_weak_search():
     gaps = {gap.terms: gap for gap in reports.unanswered(MARCH)}
 
     assert (gaps["bitcoin pay"].searches, gaps["bitcoin pay"].handoffs) == (1, 1)
-    assert gaps["bitcoin pay"].example == "pay in bitcoins"
+    # The question that found nothing, in the visitor's words, not "yes please".
+    assert (gaps["bitcoin pay"].example, gaps["bitcoin pay"].query) == ("Can I pay with bitcoin?", "pay in bitcoins")
     assert set(gaps) == {"bitcoin pay", "pay paypal"}  # not the reason's terms
 
 
@@ -812,3 +815,56 @@ def test_the_report_links_to_the_unanswered_questions_of_its_period(support, gap
     assert response.status_code == 200
     assert response.context["period"] == Period.last_days(7)
     assert [g.terms for g in response.context["gaps"]] == ["b bitcoin pay", "bitcoin pay"]
+
+
+def test_questions_about_a_visitors_own_account_are_no_content_gap():
+    talk = conversation()
+    for when, question in enumerate(
+        [
+            "Invoice INV-2291 has the wrong company name",
+            "Where is my order #48213?",
+            "Please change the email on my account to ana@example.com",
+            "Can I pay with bitcoin?",
+        ],
+        start=2,
+    ):
+        searched(turn(talk, at(when), question=question), question, at(when, 12))
+
+    found = reports.unanswered_in(MARCH)
+
+    assert [gap.example for gap in found.gaps] == ["Can I pay with bitcoin?"]
+    assert found.accounts.total == 3
+    assert reports.about_an_account("Order 1234567 never arrived")
+    assert not reports.about_an_account("How do I cancel my plan in 2026?")
+
+
+def test_a_question_an_article_now_answers_leaves_the_list():
+    from helpcenter import index
+    from helpcenter.models import Article
+
+    talk = conversation()
+    searched(turn(talk, at(2), question="How do I zorblify my board?"), "zorblify board", at(2, 12))
+    assert [gap.terms for gap in reports.unanswered(MARCH)] == ["board zorblify"]
+
+    Article.objects.create(
+        title="Zorblify your board",
+        slug="zorblify-board",
+        body="To zorblify your board, open the board's settings and choose Zorblify. Zorblify board now.",
+        published=True,
+    )
+    index.forget()  # as a save does once its transaction commits
+
+    found = reports.unanswered_in(MARCH)
+    assert found.gaps == [] and found.answered_since == 1
+
+
+def test_the_page_says_what_it_set_apart(support):
+    now = timezone.now()
+    talk = conversation()
+    question = "Invoice INV-2291 has the wrong company name"
+    searched(turn(talk, now, question=question), "invoice company name", now)
+
+    page = visible_text(main_content(support.get(UNANSWERED_PAGE)))
+
+    assert "Nothing went unanswered in this period." in page
+    assert "1 question named a visitor's own account, order or invoice" in page
