@@ -171,6 +171,25 @@ class Feedback(models.Model):
     comment = models.TextField(_("comment"), blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True, db_index=True)
+    # Support's review queue (chat/support/admin.py): who looks at it, and
+    # when someone did. A new rating from the visitor opens it again.
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("assigned to"),
+    )
+    reviewed_at = models.DateTimeField(_("reviewed at"), null=True, blank=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("reviewed by"),
+    )
 
     class Meta:
         ordering = ["-updated_at", "-id"]

@@ -20,6 +20,7 @@ ROLES = {
         "chat.view_generation",
         "chat.view_toolcall",
         "chat.view_feedback",
+        "chat.change_feedback",  # the review queue: assign, mark reviewed (never the rating)
         "chat.view_search",
         "chat.view_unansweredquestion",
         "chat.view_supportreport",

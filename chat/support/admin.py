@@ -6,7 +6,7 @@ report. Read-only but for a handoff's state; no prices anywhere.
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
 from django.http import (
@@ -16,11 +16,12 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from base.admin import ModelAdmin, WrittenByTheApp
@@ -28,6 +29,7 @@ from chat.models import Feedback, Search, SupportReport, ToolCall, UnansweredQue
 from chat.sources import search_results, used_articles
 from chat.support import reports
 from chat.templatetags.icons import thumb
+from helpcenter import index
 
 CSS = {"all": ["chat/admin.css"]}
 
@@ -61,28 +63,104 @@ class FeedbackRatingFilter(admin.SimpleListFilter):
         return queryset.filter(rating=self.value()) if self.value() in ("up", "down") else queryset
 
 
+class FeedbackReviewFilter(admin.SimpleListFilter):
+    """To review unless another choice is made: the queue."""
+
+    title = _("review")
+    parameter_name = "review"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("todo", _("to review")),
+            ("mine", _("assigned to me, to review")),
+            ("done", _("reviewed")),
+            ("all", _("all")),
+        ]
+
+    def choices(self, changelist):
+        for value, label in self.lookup_choices:
+            yield {
+                "selected": self.value() == value or (self.value() is None and value == "todo"),
+                "query_string": changelist.get_query_string({self.parameter_name: value}),
+                "display": label,
+            }
+
+    def queryset(self, request, queryset):
+        value = self.value() or "todo"
+        if value == "todo":
+            return queryset.filter(reviewed_at__isnull=True)
+        if value == "mine":
+            return queryset.filter(reviewed_at__isnull=True, assignee=request.user)
+        if value == "done":
+            return queryset.filter(reviewed_at__isnull=False)
+        return queryset
+
+
 @admin.register(Feedback)
 class FeedbackAdmin(WrittenByTheApp, ModelAdmin):
     """Support's review queue: what visitors said of the answers, thumbs
-    down first to read, with the articles each answer used. Nobody edits a
-    rating: the visitor's own words."""
+    down first to read, with the articles each answer used; assigned,
+    then marked reviewed. Nobody edits a rating: the visitor's own words."""
 
-    list_display = ["updated", "rating_badge", "question", "comment_excerpt", "articles", "turn_link"]
-    list_filter = [FeedbackRatingFilter, "updated_at"]
+    list_display = [
+        "updated",
+        "rating_badge",
+        "question",
+        "comment_excerpt",
+        "articles",
+        "review",
+        "transcript_link",
+    ]
+    list_filter = [FeedbackReviewFilter, FeedbackRatingFilter, "updated_at"]
     search_fields = ["comment", "turn__user_text"]
     search_help_text = _("Searches the visitors' comments and questions.")
-    list_select_related = ["turn"]
+    list_select_related = ["turn", "assignee", "reviewed_by"]
     ordering = ["-updated_at", "-id"]
-    fields = ["turn_link", "rating", "comment", "created_at", "updated_at", "question", "articles"]
+    fields = [
+        "transcript_link",
+        "rating",
+        "comment",
+        "created_at",
+        "updated_at",
+        "question",
+        "articles",
+        "assignee",
+        "reviewed_at",
+        "reviewed_by",
+    ]
     readonly_fields = fields
-    actions = None
+    actions = ["assign_to_me", "mark_reviewed", "mark_to_review"]
 
     class Media:
         css = CSS
 
+    def has_change_permission(self, request, obj=None) -> bool:
+        # The review's state, through the list's actions; a rating's own page
+        # stays view-only: the visitor's words are theirs.
+        return obj is None and request.user.has_perm("chat.change_feedback")
+
     def get_queryset(self, request):
         calls = ToolCall.objects.only("generation_id", "name", "result")
         return super().get_queryset(request).prefetch_related(Prefetch("turn__generations__tool_calls", queryset=calls))
+
+    @admin.action(permissions=["change"], description=_("Assign to me"))
+    def assign_to_me(self, request, queryset):
+        count = queryset.update(assignee=request.user)
+        self._moved(request, count)
+
+    @admin.action(permissions=["change"], description=_("Mark reviewed"))
+    def mark_reviewed(self, request, queryset):
+        count = queryset.filter(reviewed_at__isnull=True).update(reviewed_at=timezone.now(), reviewed_by=request.user)
+        self._moved(request, count)
+
+    @admin.action(permissions=["change"], description=_("Mark to review again"))
+    def mark_to_review(self, request, queryset):
+        count = queryset.exclude(reviewed_at=None).update(reviewed_at=None, reviewed_by=None)
+        self._moved(request, count)
+
+    def _moved(self, request, count: int) -> None:
+        message = ngettext("%(count)d rating updated.", "%(count)d ratings updated.", count) % {"count": count}
+        self.message_user(request, message, messages.SUCCESS)
 
     @admin.display(description=_("rated"), ordering="updated_at")
     def updated(self, obj) -> str:
@@ -108,10 +186,23 @@ class FeedbackAdmin(WrittenByTheApp, ModelAdmin):
             return _("none")
         return format_html_join(", ", '<a href="{}">{}</a>', ((a["url"], a["title"]) for a in used))
 
-    @admin.display(description=_("turn"))
-    def turn_link(self, obj) -> str:
-        url = reverse("admin:chat_turn_change", args=[obj.turn_id])
-        return format_html('<a href="{}">{}</a>', url, _("Turn %(id)s") % {"id": obj.turn_id})
+    @admin.display(description=_("review"), ordering="reviewed_at")
+    def review(self, obj) -> str:
+        if obj.reviewed_at:
+            return _("reviewed by %(name)s") % {"name": obj.reviewed_by or "-"}
+        if obj.assignee:
+            return _("assigned to %(name)s") % {"name": obj.assignee}
+        return _("to review")
+
+    @admin.display(description=_("transcript"))
+    def transcript_link(self, obj) -> str:
+        return transcript_link(obj.turn)
+
+
+def transcript_link(turn) -> str:
+    """The conversation's transcript, opened at the turn."""
+    url = reverse("admin:chat_conversation_change", args=[turn.conversation_id]) + f"#turn-{turn.pk}"
+    return format_html('<a href="{}">{}</a>', url, _("Read the conversation"))
 
 
 # --- searches and the unanswered questions ------------------------------------------------------
@@ -126,7 +217,7 @@ class SearchAdmin(WrittenByTheApp, ModelAdmin):
     list_filter = ["matched", "cited", "created_at"]
     search_fields = ["query"]
     list_select_related = ["turn"]
-    fields = ["searched", "query_text", "terms", "score", "matched", "article_ids", "cited", "turn_link"]
+    fields = ["searched", "query_text", "terms", "score", "matched", "articles", "cited", "turn_link"]
     readonly_fields = fields
     actions = None
 
@@ -147,12 +238,20 @@ class SearchAdmin(WrittenByTheApp, ModelAdmin):
 
     @admin.display(description=_("articles returned"))
     def articles(self, obj) -> str:
-        return ", ".join(str(i) for i in obj.article_ids) or "-"
+        """Their titles, linked: ids read like counts. An article no longer
+        published is named by its id."""
+        found = index.current_sync().index.by_id
+        shown = [
+            format_html('<a href="{}">{}</a>', found[i].url, found[i].title)
+            if i in found
+            else format_html("<span>{}</span>", _("article %(id)s") % {"id": i})
+            for i in obj.article_ids
+        ]
+        return format_html_join(", ", "{}", ((item,) for item in shown)) or "-"
 
-    @admin.display(description=_("turn"))
+    @admin.display(description=_("transcript"))
     def turn_link(self, obj) -> str:
-        url = reverse("admin:chat_turn_change", args=[obj.turn_id])
-        return format_html('<a href="{}">{}</a>', url, _("Turn %(id)s") % {"id": obj.turn_id})
+        return transcript_link(obj.turn)
 
 
 class FiguresPage(WrittenByTheApp, ModelAdmin):

@@ -22,4 +22,7 @@ def save_feedback(visitor: str, turn_id: int, rating: str, comment: str) -> None
     )
     if turn is None or not visitor:
         raise NotFound
-    Feedback.objects.update_or_create(turn=turn, defaults={"rating": rating, "comment": comment})
+    # A new verdict is to be reviewed again, by whoever it is assigned to.
+    Feedback.objects.update_or_create(
+        turn=turn, defaults={"rating": rating, "comment": comment, "reviewed_at": None, "reviewed_by": None}
+    )

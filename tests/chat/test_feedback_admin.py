@@ -8,6 +8,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from chat.models import Conversation, Feedback, Generation, ToolCall, Turn
 from chat.roles import ensure_roles
@@ -58,7 +59,8 @@ def test_the_review_queue_lists_ratings_with_the_articles_used(support):
     assert [f.turn_id for f in response.context["cl"].result_list] == [down.pk]
     assert "It did not say where the button is." in page
     assert '<a href="/help/export/">Exporting</a>' in page
-    assert reverse("admin:chat_turn_change", args=[down.pk]) in page
+    # The transcript, at the turn: not "Turn 15".
+    assert reverse("admin:chat_conversation_change", args=[down.conversation_id]) + f"#turn-{down.pk}" in page
 
 
 def test_the_queue_takes_the_same_queries_for_few_and_many(support, django_assert_max_num_queries):
@@ -106,3 +108,41 @@ def test_finance_sees_no_ratings(finance):
     rated_turn("down", "private words")
 
     assert finance.get(reverse("admin:chat_feedback_changelist")).status_code == 403
+
+
+def test_support_assigns_and_reviews_ratings_from_the_queue(support):
+    conversation = Conversation.objects.create(visitor_hash="v")
+    turns = [
+        Turn.objects.create(conversation=conversation, user_text=f"q{n}", status="completed", model="m")
+        for n in range(2)
+    ]
+    first, second = (Feedback.objects.create(turn=turn, rating="down") for turn in turns)
+    queue = reverse("admin:chat_feedback_changelist")
+
+    support.post(queue, {"action": "assign_to_me", "_selected_action": [first.pk]})
+    support.post(queue, {"action": "mark_reviewed", "_selected_action": [second.pk]})
+
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.assignee is not None and first.reviewed_at is None
+    assert second.reviewed_at is not None and second.reviewed_by == first.assignee
+    # The queue shows what is left to review, unless asked for more.
+    assert [f.pk for f in support.get(queue).context["cl"].result_list] == [first.pk]
+    assert [f.pk for f in support.get(queue + "?review=done").context["cl"].result_list] == [second.pk]
+    assert [f.pk for f in support.get(queue + "?review=mine").context["cl"].result_list] == [first.pk]
+    # The rating itself stays the visitor's: its page is view-only.
+    page = support.get(reverse("admin:chat_feedback_change", args=[first.pk]))
+    assert page.status_code == 200 and b'name="_save"' not in page.content
+
+
+def test_a_new_rating_is_to_be_reviewed_again():
+    from chat.support.feedback import save_feedback
+
+    conversation = Conversation.objects.create(visitor_hash="v")
+    turn = Turn.objects.create(conversation=conversation, user_text="q", status="completed", model="m")
+    rating = Feedback.objects.create(turn=turn, rating="down", reviewed_at=timezone.now())
+
+    save_feedback("v", turn.pk, "up", "")
+
+    rating.refresh_from_db()
+    assert (rating.rating, rating.reviewed_at) == ("up", None)

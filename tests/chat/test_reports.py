@@ -741,10 +741,28 @@ def test_support_reads_every_search(support):
     page = response.content.decode()
     assert "pay with &lt;b&gt;bitcoin&lt;/b&gt;" in page
     assert "0.30" in page and "0.90" in page
-    assert f"/admin/chat/turn/{asked.id}/change/" in page
+    # The transcript at the turn, not "Turn 1".
+    assert f"/admin/chat/conversation/{asked.conversation_id}/change/#turn-{asked.id}" in page
     unmatched = support.get(SEARCHES_PAGE + "?matched__exact=0")
     assert [s.pk for s in unmatched.context["cl"].result_list] == [weak.pk]
     assert support.get(SEARCHES_PAGE + f"{weak.pk}/change/").status_code == 200
+
+
+def test_the_searches_name_the_articles_they_returned(support):
+    from helpcenter import index
+    from helpcenter.models import Article
+
+    article = Article.objects.create(title="Cancel your plan", slug="cancel-plan", body="Cancel it.", published=True)
+    index.forget()
+    now = timezone.now()
+    row = searched(turn(conversation(), now), "cancel plan", now, matched=True)
+    Search.objects.filter(pk=row.pk).update(article_ids=[article.id, 999])
+
+    page = support.get(SEARCHES_PAGE).content.decode()
+
+    # Titles, linked, not ids that read like counts; one gone is named as such.
+    assert '<a href="/help/cancel-plan/">Cancel your plan</a>' in page
+    assert "article 999" in page
 
 
 def test_an_erased_search_reads_erased(support):
