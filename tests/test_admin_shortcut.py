@@ -124,3 +124,24 @@ def test_an_object_with_no_public_page_is_a_404_for_those_who_may_view_it(django
     finance = logged_in(django_user_model, "Finance")
 
     assert finance.get(shortcut(LedgerEntry.objects.get())).status_code == 404
+
+
+@pytest.mark.django_db
+def test_supports_menu_puts_the_queue_first_and_the_day_in_order(client, django_user_model):
+    """Alphabetical, the requests for a person sat between developer lists."""
+    ensure_roles()
+    user = django_user_model.objects.create_user("sam", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="Support"))
+    client.force_login(user)
+
+    apps = client.get("/admin/").context["app_list"]
+
+    assert [app["app_label"] for app in apps] == ["chat", "helpcenter"]
+    assert [model["object_name"] for model in apps[0]["models"]][:6] == [
+        "Handoff",
+        "Conversation",
+        "Feedback",
+        "UnansweredQuestion",
+        "SupportReport",
+        "Search",
+    ]
