@@ -229,7 +229,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
 
     @admin.display(description=_("date"), ordering="created_at")
     def created(self, entry: LedgerEntry) -> str:
-        return formats.date_format(timezone.localtime(entry.created_at, days.zone()), "Y-m-d H:i:s")
+        return formats.date_format(timezone.localtime(entry.created_at, days.zone()), "SHORT_DATETIME_FORMAT")
 
     @admin.display(description=_("turn"), ordering="turn_id")
     def turn_number(self, entry: LedgerEntry) -> int:
@@ -419,7 +419,7 @@ class EmbeddingEntryAdmin(WrittenByTheApp, ModelAdmin):
 
     @admin.display(description=_("date"), ordering="created_at")
     def created(self, entry: EmbeddingEntry) -> str:
-        return formats.date_format(timezone.localtime(entry.created_at, days.zone()), "Y-m-d H:i:s")
+        return formats.date_format(timezone.localtime(entry.created_at, days.zone()), "SHORT_DATETIME_FORMAT")
 
     @admin.display(description=_("turn"), ordering="turn_id")
     def turn_number(self, entry: EmbeddingEntry) -> int | None:
@@ -519,7 +519,7 @@ class PriceAdmin(ModelAdmin):
 
     @admin.display(description=_("effective from"), ordering="effective_from")
     def effective(self, price: Price) -> str:
-        return formats.date_format(timezone.localtime(price.effective_from, days.zone()), "Y-m-d H:i")
+        return formats.date_format(timezone.localtime(price.effective_from, days.zone()), "SHORT_DATETIME_FORMAT")
 
     @admin.display(description=_("state"))
     def state(self, price: Price) -> str:
@@ -549,11 +549,11 @@ class CalibrationAdmin(WrittenByTheApp, ModelAdmin):
 
     @admin.display(description=_("input, characters per token"), ordering="input_chars_per_token")
     def input_ratio(self, row: Calibration) -> str:
-        return f"{row.input_chars_per_token:.2f}"
+        return formats.number_format(row.input_chars_per_token, 2)
 
     @admin.display(description=_("output, characters per token"), ordering="output_chars_per_token")
     def output_ratio(self, row: Calibration) -> str:
-        return f"{row.output_chars_per_token:.2f}"
+        return formats.number_format(row.output_chars_per_token, 2)
 
     @admin.display(description=_("estimates use"))
     def in_use(self, row: Calibration) -> str:
@@ -576,7 +576,7 @@ class CalibrationAdmin(WrittenByTheApp, ModelAdmin):
 
     @admin.display(description=_("last update"), ordering="updated_at")
     def updated(self, row: Calibration) -> str:
-        return formats.date_format(timezone.localtime(row.updated_at, days.zone()), "Y-m-d H:i:s")
+        return formats.date_format(timezone.localtime(row.updated_at, days.zone()), "SHORT_DATETIME_FORMAT")
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         help_text = ngettext(

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
+from django.utils.formats import number_format
 from django.utils.translation import gettext, pgettext
 
 WIDTH, HEIGHT = 960, 300
@@ -35,7 +36,12 @@ def _plain(value: float) -> str:
 
 
 def _usd(value: float) -> str:
-    return "$" + _plain(value)
+    return "$" + _shown(value)
+
+
+def _shown(value: float) -> str:
+    """A tick's value in the page's language (0,0025 in Portuguese)."""
+    return number_format(Decimal(_plain(value)))
 
 
 def _tokens(value: float) -> str:
@@ -46,8 +52,8 @@ def _tokens(value: float) -> str:
     )
     for size, suffix in suffixes:
         if value >= size:
-            return _plain(value / size) + suffix
-    return _plain(value)
+            return _shown(value / size) + suffix
+    return _shown(value)
 
 
 def _day_label(day: date, first: date, last: date) -> str:

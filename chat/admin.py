@@ -269,11 +269,11 @@ class ConversationAdmin(ModelAdmin):
 
     @admin.display(ordering="created_at", description=_("started"))
     def started(self, obj) -> str:
-        return date_format(localtime(obj.created_at), "Y-m-d H:i:s")
+        return date_format(localtime(obj.created_at), "SHORT_DATETIME_FORMAT")
 
     @admin.display(ordering="updated_at", description=_("last activity"))
     def last_activity(self, obj) -> str:
-        return date_format(localtime(obj.updated_at), "Y-m-d H:i:s")
+        return date_format(localtime(obj.updated_at), "SHORT_DATETIME_FORMAT")
 
     @admin.display(ordering="turn_count", description=_("turns / calls"))
     def turn_count(self, obj) -> str:
@@ -340,7 +340,7 @@ class ConversationAdmin(ModelAdmin):
                 (
                     reverse("admin:chat_handoff_change", args=[h.pk]),
                     h.get_status_display(),
-                    date_format(localtime(h.created_at), "Y-m-d H:i:s"),
+                    date_format(localtime(h.created_at), "SHORT_DATETIME_FORMAT"),
                     h.get_source_display(),
                     f": {h.reason}" if h.reason else "",
                 )
@@ -381,7 +381,7 @@ class GenerationInline(admin.TabularInline):
     model = Generation
     fields = [
         "round",
-        "finish_reason",
+        "finish",
         "input_tokens",
         "cached_input_tokens",
         "output_tokens",
@@ -393,6 +393,11 @@ class GenerationInline(admin.TabularInline):
     ]
     readonly_fields = fields
     extra = 0
+
+    @admin.display(description=_("finish reason"))
+    def finish(self, obj) -> str:
+        return obj.finish_reason_label
+
     can_delete = False
     show_change_link = True
 
@@ -468,7 +473,7 @@ class TurnAdmin(ModelAdmin):
 
     @admin.display(ordering="started_at", description=_("started"))
     def started(self, obj) -> str:
-        return date_format(localtime(obj.started_at), "Y-m-d H:i:s")
+        return date_format(localtime(obj.started_at), "SHORT_DATETIME_FORMAT")
 
     @admin.display(ordering="conversation", description=_("conversation"))
     def conversation_short(self, obj) -> str:
@@ -519,7 +524,7 @@ class GenerationAdmin(ModelAdmin):
     list_display = [
         "turn",
         "round",
-        "finish_reason",
+        "finish",
         "input_tokens",
         "cached_input_tokens",
         "output_tokens",
@@ -532,7 +537,7 @@ class GenerationAdmin(ModelAdmin):
     readonly_fields = [
         "turn",
         "round",
-        "finish_reason",
+        "finish",
         "input_tokens",
         "cached_input_tokens",
         "output_tokens",
@@ -543,6 +548,10 @@ class GenerationAdmin(ModelAdmin):
         "ended_at",
     ]
     inlines = [ToolCallInline]
+
+    @admin.display(description=_("finish reason"), ordering="finish_reason")
+    def finish(self, obj) -> str:
+        return obj.finish_reason_label
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -102,7 +102,18 @@ class Turn(models.Model):
         permissions = [("erase_turn", "Can erase a conversation's text at the visitor's request")]
 
     def __str__(self) -> str:
-        return gettext("Turn %(id)s (%(status)s)") % {"id": self.pk, "status": self.status}
+        # The status as staff read it, in their language: "Interação 13 (interrompida)".
+        return gettext("Turn %(id)s (%(status)s)") % {"id": self.pk, "status": self.get_status_display().lower()}
+
+
+# The providers' finish_reason values (OpenAI's, and those of compatible servers).
+FINISH_REASONS = {
+    "stop": _("finished"),
+    "length": _("token limit"),
+    "tool_calls": _("called tools"),
+    "function_call": _("called a function"),
+    "content_filter": _("content filter"),
+}
 
 
 class Generation(models.Model):
@@ -130,6 +141,15 @@ class Generation(models.Model):
 
     def __str__(self) -> str:
         return gettext("Turn %(turn)s round %(round)s") % {"turn": self.turn_id, "round": self.round}
+
+    @property
+    def finish_reason_label(self) -> str:
+        """Why the call ended, as staff read it, with the provider's own word:
+        "token limit (length)"; a word we do not know, as it came."""
+        if not self.finish_reason:
+            return gettext("– (cut short)")  # noqa: RUF001 (the dash the transcript shows)
+        label = FINISH_REASONS.get(self.finish_reason)
+        return f"{label} ({self.finish_reason})" if label else self.finish_reason
 
     @property
     def time_to_first_delta_ms(self) -> int | None:
@@ -331,7 +351,7 @@ class Handoff(models.Model):
         ]
 
     def __str__(self) -> str:
-        return gettext("Handoff %(id)s (%(status)s)") % {"id": self.pk, "status": self.status}
+        return gettext("Handoff %(id)s (%(status)s)") % {"id": self.pk, "status": self.get_status_display().lower()}
 
 
 class Message(models.Model):

@@ -1,5 +1,6 @@
 """Number formats for finance's admin pages: money to the cent, token counts
-grouped, the same everywhere."""
+grouped, the same everywhere, and in the page's language (1,234.57 in
+English, 1.234,57 in Portuguese)."""
 
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -29,7 +30,8 @@ def money(value: Decimal | None) -> str:
     if value == 0 or abs(value) >= CENT:
         return grouped(value.quantize(CENT, ROUND_HALF_UP))
     rounded = value.quantize(Decimal(1).scaleb(value.adjusted() - 1), ROUND_HALF_UP)
-    return money(rounded) if abs(rounded) >= CENT else f"{rounded:f}"
+    # In the page's own format, as every other figure: 0,00045 in Portuguese.
+    return money(rounded) if abs(rounded) >= CENT else formats.number_format(rounded)
 
 
 @register.filter
@@ -38,9 +40,12 @@ def rate(value: Decimal | None) -> str:
     they count (2.00, 0.15, 0.075)."""
     if value is None:
         return ""
-    return f"{value:.2f}" if value == round(value, 2) else f"{value.normalize():f}"
+    if value == round(value, 2):
+        return formats.number_format(value, 2, force_grouping=True)
+    return formats.number_format(value.normalize(), force_grouping=True)
 
 
 @register.filter
 def percent(value: float) -> str:
-    return f"{value:.1%}"
+    """3.4% in English, 3,4% in Portuguese."""
+    return formats.number_format(round(value * 100, 1), 1) + "%"

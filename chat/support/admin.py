@@ -35,7 +35,7 @@ CSS = {"all": ["chat/admin.css"]}
 
 
 def _when(value) -> str:
-    return date_format(localtime(value), "Y-m-d H:i:s") if value else "-"
+    return date_format(localtime(value), "SHORT_DATETIME_FORMAT") if value else "-"
 
 
 def _conversation_link(conversation_id: int, public_id) -> str:
