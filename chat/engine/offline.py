@@ -25,7 +25,9 @@ from typing import Any
 import httpx2
 
 from chat.vocabulary import HANDOFF_TOOL, SEARCH_TOOL
+from helpcenter import index as help_index
 from helpcenter import search
+from helpcenter.passages import Passage
 
 GREETING = re.compile(
     r"^\s*(hi|hello|hey|hiya|howdy|yo|good (morning|afternoon|evening)|thanks?|thank you|ok|okay)\b"
@@ -93,6 +95,9 @@ SAID = {
         "narration": "Let me search the help center for that.",
         "two_questions": "That's two questions; let me look both up in the help center.",
         "found": "Here's what the help center says:",
+        "steps": "Here are the steps, from %s:",
+        "more": "More in %s.",
+        "elsewhere": "The closest passage I found is about “%s”, which is something else.",
         "handing_over": "Let me ask a person from our support team to help you.",
         "handed_over": (
             "Done: our support team has your request and can read this conversation. "
@@ -108,6 +113,9 @@ SAID = {
         "narration": "Vou procurar isso na central de ajuda.",
         "two_questions": "São duas perguntas; vou procurar as duas na central de ajuda.",
         "found": "Veja o que diz a central de ajuda (em inglês):",
+        "steps": "Estes são os passos, segundo %s (em inglês):",
+        "more": "Mais em %s (em inglês).",
+        "elsewhere": "O trecho mais próximo que encontrei fala de “%s”, que é outra coisa.",
         "handing_over": "Vou pedir a uma pessoa da nossa equipe de suporte que ajude você.",
         "handed_over": (
             "Pronto: nossa equipe de suporte recebeu o seu pedido e pode ler esta conversa. "
@@ -131,7 +139,10 @@ class OfflineTransport(httpx2.AsyncBaseTransport):
         if not body.get("stream"):
             return httpx2.Response(400, json={"error": {"message": "only streaming is served"}})
         offered = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
-        reply = respond(body.get("messages") or [], offered, body.get("tool_choice"))
+        messages = body.get("messages") or []
+        # The whole passages the search found: the answer is composed from them.
+        found = (await help_index.current()).passages if messages and messages[-1].get("role") == "tool" else {}
+        reply = respond(messages, offered, body.get("tool_choice"), found)
         stream = _SSEStream(
             _events(body, reply),
             delay=1 / self.tokens_per_second if self.tokens_per_second > 0 else 0,
@@ -150,14 +161,20 @@ class Reply:
         self.handoff = handoff
 
 
-def respond(messages: list[dict[str, Any]], tools: list[str], tool_choice: Any) -> Reply:
+def respond(
+    messages: list[dict[str, Any]],
+    tools: list[str],
+    tool_choice: Any,
+    passages: dict[int, list[Passage]] | None = None,
+) -> Reply:
     """Decides one round's reply from the conversation so far; `tools`:
-    the names of the tools offered."""
+    the names of the tools offered; `passages`: the help center's, by
+    article id, to compose an answer from (else the results' snippets)."""
     last = messages[-1] if messages else {}
     question = _last_question(messages)
     said = SAID[_language(question)]
     if last.get("role") == "tool":
-        return Reply(_answer_from_results(messages, said))
+        return Reply(_answer_from_results(messages, said, question, passages or {}))
     can_hand_over = HANDOFF_TOOL in tools and tool_choice != "none"
     if can_hand_over and PERSON.search(search.folded(question)):
         return Reply(said["handing_over"], handoff=question)
@@ -365,7 +382,9 @@ def _split_question(question: str) -> list[str]:
     return parts[:2] if len(parts) >= 2 else [question]
 
 
-def _answer_from_results(messages: list[dict[str, Any]], said: dict[str, str]) -> str:
+def _answer_from_results(
+    messages: list[dict[str, Any]], said: dict[str, str], question: str, passages: dict[int, list[Passage]]
+) -> str:
     results = []
     for message in reversed(messages):
         if message.get("role") != "tool":
@@ -373,17 +392,141 @@ def _answer_from_results(messages: list[dict[str, Any]], said: dict[str, str]) -
         results.insert(0, _parse(message.get("content")))
     if any(r.get("requested") for r in results):
         return said["handed_over"]
+    language = "pt" if said is SAID["pt"] else "en"
     # The floor's verdict: the offline model cannot judge a low-confidence article.
     found = [r["articles"][0] for r in results if r.get("articles") and not r.get("no_good_match")]
     if not found:
-        # No good match (or a failed search): say so rather than quote the
-        # closest article, and offer a person.
-        language = "pt" if said is SAID["pt"] else "en"
-        return f"{said['not_covered']} {OFFER[language]}"
-    # Cite inline, as the system prompt asks: the page lists the articles an
-    # answer links to as its sources.
-    paragraphs = [f"**[{a['title']}]({a['url']})**: {a['snippet']}" for a in found]
-    return "\n\n".join([said["found"], *paragraphs])
+        # No good match (or a failed search): say so rather than answer from
+        # the closest article, say what that one is about, and offer a person.
+        # Named by its section, not its article's title: a title named in an
+        # answer makes the article one of its Sources (chat/sources.py).
+        closest = next((r["articles"][0].get("section") for r in results if r.get("articles")), None)
+        elsewhere = f" {said['elsewhere'] % closest}" if closest else ""
+        return f"{said['not_covered']}{elsewhere} {OFFER[language]}"
+    words = _in_english(question) if language == "pt" else question
+    return "\n\n".join(_compose(article, _passage_of(article, passages, words), words, said) for article in found)
+
+
+def _passage_of(article: dict[str, Any], passages: dict[int, list[Passage]], question: str) -> Passage | None:
+    """The passage a result links to (its #anchor), else the article's first;
+    for a "how do I" question, the article's section with steps that shares
+    most words with it, when the passage found has none."""
+    found = passages.get(article.get("id"), [])
+    anchor = str(article.get("url", "")).partition("#")[2]
+    passage = next((p for p in found if p.anchor == anchor), found[0] if found else None)
+    if passage is None or len(_steps(passage.text)) >= 2 or not HOW.match(search.folded(question)):
+        return passage
+    asked = set(search.normalised(question).split())
+    with_steps = [p for p in found if len(_steps(p.text)) >= 2]
+    return max(with_steps, key=lambda p: len(asked & set(search.normalised(p.embedded).split())), default=passage)
+
+
+# A question for steps: "how do I ...", "how to ...", "como ...".
+HOW = re.compile(r"^\s*(how\b|como\b|what are the steps|can i\b.*\bhow\b)")
+
+
+# At most this much of a passage: an answer, not the article.
+MAX_STEPS = 10
+MAX_SENTENCES = 2
+_NUMBERED = re.compile(r"^ {0,3}\d{1,2}[.)]\s+(.+)$")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9*_`\[(\"“])")
+
+
+def _compose(article: dict[str, Any], passage: Passage | None, question: str, said: dict[str, str]) -> str:
+    """A short answer from the best passage, linking its section (which the
+    page lists as the answer's source): its steps when it has numbered
+    ones, else the sentences (or table rows) that share most words with the
+    question. Never a bare heading, never a table's pipes."""
+    # The section the answer comes from (a "how" question may have moved to the article's steps).
+    section = passage.heading if passage else article.get("section")
+    url = str(article["url"]).partition("#")[0] + (f"#{passage.anchor}" if passage and passage.anchor else "")
+    link = f"[{article['title']}{f': {section}' if section else ''}]({url})"
+    text = passage.text if passage else str(article.get("snippet", ""))
+    steps = _steps(text)
+    if len(steps) >= 2:
+        return f"{said['steps'] % link}\n\n" + "\n".join(steps)
+    chosen = _answering(_readable_lines(text), question)
+    if not chosen:
+        return said["more"] % link
+    rows = [line for line in chosen if line.startswith("- ")]
+    body = "\n".join(chosen) if rows else " ".join(chosen)
+    return f"{body}\n\n{said['more'] % link}"
+
+
+def _steps(text: str) -> list[str]:
+    """The passage's numbered steps, renumbered from 1, each with the
+    bullets under it; [] when it has none."""
+    steps: list[str] = []
+    number = 0
+    for line in text.splitlines():
+        if (numbered := _NUMBERED.match(line)) and number < MAX_STEPS:
+            number += 1
+            steps.append(f"{number}. {numbered.group(1).strip()}")
+        elif steps and re.match(r"^\s{2,}[-*]\s+\S", line):
+            steps.append("   - " + line.strip()[2:].strip())  # a choice within the step above
+        elif steps and line.strip() and not line.startswith(" "):
+            break  # the list has ended
+    return steps
+
+
+def _readable_lines(text: str) -> list[str]:
+    """The passage as lines a person reads: no headings, no code blocks, a
+    table as one "- first cell: header value, ..." line per row, a
+    paragraph as its sentences; numbered steps kept whole."""
+    out: list[str] = []
+    table: list[list[str]] = []
+    fenced = False
+    paragraph: list[str] = []
+
+    def flush_paragraph() -> None:
+        if paragraph:
+            out.extend(part.strip() for part in _SENTENCE_END.split(" ".join(paragraph)) if part.strip())
+            paragraph.clear()
+
+    def flush_table() -> None:
+        if len(table) >= 2:
+            header, *rows = table
+            for row in rows:
+                cells = [f"{name}: {value}" for name, value in zip(header[1:], row[1:], strict=False) if value]
+                out.append(f"- {row[0]}: {', '.join(cells)}" if cells else f"- {row[0]}")
+        table.clear()
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if "|" in line and line.count("|") >= 2:
+            flush_paragraph()
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            if not all(re.fullmatch(r":?-+:?", cell) for cell in cells if cell):
+                table.append(cells)
+            continue
+        flush_table()
+        if not line or line.startswith("#"):
+            flush_paragraph()
+            continue
+        if _NUMBERED.match(line) or line.startswith(("- ", "* ")):
+            flush_paragraph()
+            out.append(line if _NUMBERED.match(line) else "- " + line[2:].strip())
+            continue
+        paragraph.append(line)
+    flush_paragraph()
+    flush_table()
+    return out
+
+
+def _answering(lines: list[str], question: str) -> list[str]:
+    """The lines sharing most words with the question (in the passage's
+    order); the passage's first lines when none shares any."""
+    asked = set(search.normalised(question).split())
+    scored = [(len(asked & set(search.normalised(line).split())), n) for n, line in enumerate(lines)]
+    best = sorted(scored, key=lambda item: (-item[0], item[1]))[:MAX_SENTENCES]
+    if not best or best[0][0] == 0:
+        return lines[:MAX_SENTENCES]
+    return [lines[n] for score, n in sorted(best, key=lambda item: item[1]) if score > 0]
 
 
 def _parse(content: Any) -> dict[str, Any]:

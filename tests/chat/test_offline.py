@@ -67,7 +67,7 @@ async def test_a_help_question_narrates_searches_and_cites(chat):
     answer = chat.text_of(turn_id)
     narration, _, rest = answer.partition("\n\n")
     assert narration == "Let me search the help center for that."
-    assert "(/help/install-feedback-widget/)" in rest
+    assert "(/help/install-feedback-widget/#" in rest  # the section it answers from
     tools = [(f["name"], f["status"]) for f in chat.frames if f["type"] == "tool"]
     assert tools == [("search_help_center", "started"), ("search_help_center", "finished")]
     [(round_number, arguments)] = await tool_calls_of(turn_id)
@@ -141,7 +141,11 @@ async def test_a_question_the_help_center_does_not_answer_offers_a_person(chat):
     assert (ended["status"], ended["generations"]) == ("completed", 2)
     assert ended["sources"] == []  # the closest articles are not sources
     said = offline.SAID["en"]
-    assert chat.text_of(turn_id) == f"{said['narration']}\n\n{said['not_covered']} {offline.OFFER['en']}"
+    narration, _, answer = chat.text_of(turn_id).partition("\n\n")
+    assert narration == said["narration"]
+    assert answer.startswith(said["not_covered"]) and answer.endswith(offline.OFFER["en"])
+    # It says plainly that what it found is about something else.
+    assert "which is something else" in answer
     [(round_number, arguments)] = await tool_calls_of(turn_id)
     assert round_number == 1
     assert json.loads(arguments) == {"query": "Can I pay with bitcoin?"}
@@ -182,7 +186,8 @@ async def test_a_portuguese_question_is_searched_in_english_and_answered_in_port
     [(_, arguments)] = await tool_calls_of(turn_id)
     assert json.loads(arguments) == {"query": "como export meus data para csv"}  # the help center's words
     assert chat.text_of(turn_id).startswith(offline.SAID["pt"]["narration"])
-    assert offline.SAID["pt"]["found"] in chat.text_of(turn_id)
+    assert "Estes são os passos, segundo [" in chat.text_of(turn_id)
+    assert "\n1. Go to **Settings → Data → Export**." in chat.text_of(turn_id)
     assert [s["url"].split("#")[0] for s in ended["sources"]] == ["/help/export-your-data/"]
 
 
@@ -191,7 +196,10 @@ async def test_a_portuguese_question_the_help_center_does_not_answer_offers_a_pe
     ended = await chat.finish(turn_id)
 
     said = offline.SAID["pt"]
-    assert chat.text_of(turn_id) == f"{said['narration']}\n\n{said['not_covered']} {offline.OFFER['pt']}"
+    narration, _, answer = chat.text_of(turn_id).partition("\n\n")
+    assert narration == said["narration"]
+    assert answer.startswith(said["not_covered"]) and answer.endswith(offline.OFFER["pt"])
+    assert "que é outra coisa" in answer
     assert ended["sources"] == []
 
 
@@ -231,3 +239,57 @@ def test_only_a_plain_yes_takes_up_the_offer_of_a_person(answer, handed_over):
     ]
     reply = offline.respond(messages, TOOLS_OFFERED, "auto")
     assert (reply.handoff == "Can I pay with bitcoin?") is handed_over
+
+
+# --- an answer composed from the passage, not a quoted fragment --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("question", "article", "first_step"),
+    [
+        ("How do I install the feedback widget?", "/help/install-feedback-widget/", "1. Go to **Settings → Widget"),
+        ("How do I merge duplicate posts?", "/help/moderate-posts-duplicates-and-spam/", "1. Open the duplicate post"),
+        ("Como cancelar minha assinatura?", "/help/cancel-subscription/", "1. Go to **Settings → Billing**."),
+    ],
+)
+async def test_a_how_to_question_gets_the_steps_with_their_section(chat, question, article, first_step):
+    turn_id = await chat.ask(question)
+    ended = await chat.finish(turn_id)
+    answer = chat.text_of(turn_id).partition("\n\n")[2]
+
+    assert first_step in answer
+    assert f"]({article}#" in answer, "the section's link"
+    assert [s["url"].split("#")[0] for s in ended["sources"]] == [article]
+    _never_a_fragment(answer)
+
+
+@pytest.mark.parametrize(
+    "question", ["How do I set up SSO?", "How much does the Business plan cost?", "Can I get my money back?"]
+)
+async def test_an_answer_is_sentences_of_the_passage_never_a_heading_or_a_table(chat, question):
+    turn_id = await chat.ask(question)
+    await chat.finish(turn_id)
+    answer = chat.text_of(turn_id).partition("\n\n")[2]
+
+    _never_a_fragment(answer)
+    assert "More in [" in answer or "Here are the steps" in answer
+
+
+def _never_a_fragment(answer: str) -> None:
+    lines = answer.splitlines()
+    assert not [line for line in lines if line.lstrip().startswith("#")], "a bare heading"
+    assert not [line for line in lines if line.count("|") >= 2], "a table's pipes"
+
+
+def test_a_table_reads_as_lines():
+    text = "| Plan | Boards | Price |\n|---|---|---|\n| Free | 1 | $0 |\n| Pro | 10 | $49 |\n\nAll plans bill monthly."
+    assert offline._readable_lines(text) == [
+        "- Free: Boards: 1, Price: $0",
+        "- Pro: Boards: 10, Price: $49",
+        "All plans bill monthly.",
+    ]
+
+
+def test_steps_keep_their_choices_and_their_numbers():
+    text = "Intro.\n\n1. Open it.\n2. Choose:\n   - A\n   - B\n3. Save.\n\nAfterwards, done."
+    assert offline._steps(text) == ["1. Open it.", "2. Choose:", "   - A", "   - B", "3. Save."]
