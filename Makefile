@@ -79,8 +79,6 @@ gettext:
 
 # The README's screenshots, from the browser tests' own scenes.
 screenshots: $(VENV)/installed chromium compilemessages
-	@# The thumbs under answers are emoji: without a font for them they show as boxes.
-	@fc-list | grep -qi emoji || { test "$$(id -u)" = 0 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-color-emoji >/dev/null; } || true
 	KOOKEE_SCREENSHOTS_DIR=docs/screenshots $(VENV)/bin/pytest -q tests/e2e/test_screenshots.py tests/e2e/test_admin_pages.py
 
 format: $(VENV)/installed

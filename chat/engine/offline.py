@@ -77,7 +77,9 @@ CAPABILITIES_ANSWER = (
     "- setting up boards, the roadmap and the changelog\n"
     "- plans, invoices and billing\n"
     "- SSO, API keys, data export and privacy\n\n"
-    "Ask away, and I'll search the help center and cite the articles I use."
+    "Ask away, and I'll search the help center and cite the articles I use. "
+    "(I'm the built-in offline assistant: I answer with the help center's own words, "
+    "without a language model.)"
 )
 NO_TOOLS_ANSWER = (
     "I can only answer from the help center, and I couldn't search it this time. "

@@ -76,7 +76,7 @@ class HandoffAdmin(ModelAdmin):
         "status",
         "source",
         "reason",
-        "email",
+        "email_link",
         "conversation_link",
         "requested",
         "claimed_by",
@@ -270,6 +270,11 @@ class HandoffAdmin(ModelAdmin):
         return format_html(
             '{}<br><span class="kk-reason">{}</span>', Truncator(obj.reason).chars(100) or "-", obj.get_source_display()
         )
+
+    @admin.display(description=_("email"))
+    def email_link(self, obj) -> str:
+        """The visitor's address, to write to from Support's own mail."""
+        return format_html('<a href="mailto:{}">{}</a>', obj.email, obj.email) if obj.email else "-"
 
     @admin.display(description=_("conversation"))
     def conversation_link(self, obj) -> str:

@@ -422,3 +422,11 @@ def test_erasure_erases_the_messages():
 
     assert list(Message.objects.values_list("text", "external_id")) == [("", ""), ("", "")]
     assert all(m.erased_at for m in Message.objects.all())
+
+
+def test_the_visitors_email_is_a_link_on_the_requests_page():
+    user = agent()
+    conversation = Conversation.objects.create()
+    handoff = Handoff.objects.create(conversation=conversation, source="visitor", email="sam@example.com")
+    page = admin_client(user).get(reverse("admin:chat_handoff_change", args=[handoff.id])).content.decode()
+    assert '<a href="mailto:sam@example.com">sam@example.com</a>' in page

@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from billing.services import bill_once
-from chat.models import Conversation, Feedback, Generation, Handoff, Search, ToolCall, Turn
+from chat.models import Conversation, Feedback, Generation, Handoff, Message, Search, ToolCall, Turn
 from chat.roles import ensure_roles
 from helpcenter import search
 
@@ -152,7 +152,7 @@ def seed() -> None:
             Feedback.objects.create(turn=turn, rating=rating, comment=comment)
         if handoff:
             source, reason = handoff
-            Handoff.objects.create(
+            request = Handoff.objects.create(
                 conversation=conversation,
                 turn=turn,
                 source=source,
@@ -160,6 +160,23 @@ def seed() -> None:
                 email="ana@example.com" if source == "visitor" else "",
                 status="open" if number % 2 else "claimed",
                 claimed_by=None if number % 2 else users.get(username="sam"),
+                agent_name="" if number % 2 else "Sam Reyes",
                 created_at=started + timedelta(seconds=30),
                 email_status="sent",
             )
+            if request.status == "claimed":
+                # Sam answered in the conversation; the visitor wrote back; a note for the team.
+                for minutes, kind, text in (
+                    (4, "agent", "Hi, I'm Sam from Support. I've read the conversation: let me look into it."),
+                    (6, "visitor", "Thank you! Will I get an email when it's done?"),
+                    (7, "note", "Asked billing to check the account first."),
+                ):
+                    Message.objects.create(
+                        conversation=conversation,
+                        handoff=request,
+                        kind=kind,
+                        text=text,
+                        author="Sam Reyes" if kind != "visitor" else "",
+                        created_at=started + timedelta(minutes=minutes),
+                        seen_at=started + timedelta(minutes=minutes) if kind == "agent" else None,
+                    )

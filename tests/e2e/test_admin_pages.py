@@ -82,6 +82,11 @@ def test_support_pages_screenshots(seeded, browser, shots):  # noqa: F811 (fixtu
         page.goto(seeded.url + url)
         expect(page.locator("#content-main")).to_be_visible()
         page.screenshot(path=shots / f"{name}.png")
+    # A request for a person, answered in the conversation.
+    page.goto(seeded.url + "/admin/chat/handoff/?status=claimed")
+    page.locator("#result_list tbody tr a").first.click()
+    expect(page.locator("#kk-thread")).to_contain_text("Sam Reyes (Support) to the visitor")
+    page.screenshot(path=shots / "admin-handoff-reply.png", full_page=True)
     # A transcript: the conversation that asked for bitcoin.
     page.goto(seeded.url + "/admin/chat/conversation/")
     page.get_by_role("link", name="Can I pay with bitcoin?").click()
