@@ -44,3 +44,18 @@ def _unclosed(line: str, marker: str) -> bool:
         return False
     after = line[line.rindex(marker) + len(marker) :]
     return bool(after) and not after[0].isspace()
+
+
+# The thumbs of a rating, drawn: an emoji needs an emoji font that many
+# systems lack (an empty box). The chat draws the same (static/chat/chat.js).
+THUMB_PATH = "M7 10v11H3V10h4zm2 11h8.3a2 2 0 0 0 2-1.6l1.4-7A2 2 0 0 0 18.7 10H14V5.5A2.5 2.5 0 0 0 11.5 3L9 10v11z"
+
+
+def thumb_svg(rating: str) -> str:
+    """Inline SVG of a thumb up, or down for "down": decorative (aria-hidden),
+    and made of constants only, so safe to put in a page as it is."""
+    turned = ' transform="rotate(180 12 12)"' if rating == "down" else ""
+    return (
+        '<svg class="kk-thumb" viewBox="0 0 24 24" width="14" height="14" aria-hidden="true" focusable="false">'
+        f'<path d="{THUMB_PATH}" fill="currentColor"{turned}></path></svg>'
+    )

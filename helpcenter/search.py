@@ -206,6 +206,16 @@ def search_sync(query: str) -> dict[str, Any]:
     return _searched(snapshot, query, embedder, embedded)[0]
 
 
+def articles_by_id() -> dict[int, ranking.Document]:
+    """The published articles (id, title, url), by id, as the index has them now."""
+    return index.current_sync().index.by_id
+
+
+async def passages() -> dict[int, list[Passage]]:
+    """Every published article's passages, by article id, as the index has them now."""
+    return (await index.current()).passages
+
+
 def answered_by_words(query: str) -> bool:
     """Whether an article now clears the relevance floor for the query by its
     words alone: free and instant (no embedding), for pages that check many

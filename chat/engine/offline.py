@@ -25,9 +25,8 @@ from typing import Any
 import httpx2
 
 from chat.vocabulary import HANDOFF_TOOL, SEARCH_TOOL
-from helpcenter import index as help_index
 from helpcenter import search
-from helpcenter.passages import Passage
+from helpcenter.search import Passage
 
 GREETING = re.compile(
     r"^\s*(hi|hello|hey|hiya|howdy|yo|good (morning|afternoon|evening)|thanks?|thank you|ok|okay)\b"
@@ -143,7 +142,7 @@ class OfflineTransport(httpx2.AsyncBaseTransport):
         offered = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
         messages = body.get("messages") or []
         # The whole passages the search found: the answer is composed from them.
-        found = (await help_index.current()).passages if messages and messages[-1].get("role") == "tool" else {}
+        found = await search.passages() if messages and messages[-1].get("role") == "tool" else {}
         reply = respond(messages, offered, body.get("tool_choice"), found)
         stream = _SSEStream(
             _events(body, reply),

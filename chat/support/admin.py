@@ -19,6 +19,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
@@ -28,8 +29,8 @@ from base.admin import ModelAdmin, WrittenByTheApp
 from chat.models import Feedback, Search, SupportReport, ToolCall, UnansweredQuestion
 from chat.sources import search_results, used_articles
 from chat.support import reports
-from chat.templatetags.icons import thumb
-from helpcenter import index
+from chat.text import thumb_svg
+from helpcenter import search
 
 CSS = {"all": ["chat/admin.css"]}
 
@@ -45,7 +46,7 @@ def _conversation_link(conversation_id: int, public_id) -> str:
 
 def rating_badge(feedback: Feedback) -> str:
     label = feedback.get_rating_display()
-    icon = thumb(feedback.rating)
+    icon = mark_safe(thumb_svg(feedback.rating))  # constants only
     return format_html('<span class="kk-rating kk-rating--{}">{} {}</span>', feedback.rating, icon, label)
 
 
@@ -240,7 +241,7 @@ class SearchAdmin(WrittenByTheApp, ModelAdmin):
     def articles(self, obj) -> str:
         """Their titles, linked: ids read like counts. An article no longer
         published is named by its id."""
-        found = index.current_sync().index.by_id
+        found = search.articles_by_id()
         shown = [
             format_html('<a href="{}">{}</a>', found[i].url, found[i].title)
             if i in found

@@ -335,7 +335,7 @@ function showRating(view, rated = null) {
 }
 
 // The thumbs, drawn: an emoji needs an emoji font, which many systems lack
-// (an empty box). The same drawing as the admin's (chat/templatetags/icons.py).
+// (an empty box). The same drawing as the admin's (chat/text.py, thumb_svg).
 const THUMB_PATH =
   "M7 10v11H3V10h4zm2 11h8.3a2 2 0 0 0 2-1.6l1.4-7A2 2 0 0 0 18.7 10H14V5.5A2.5 2.5 0 0 0 11.5 3L9 10v11z";
 

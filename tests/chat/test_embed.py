@@ -457,9 +457,8 @@ async def test_the_history_frame_for_a_cookie_visitor(use_provider):
         ]
         assert all(t["sources"] == [] for t in turns)
         conversation_id = await database_sync_to_async(lambda: Turn.objects.get(pk=first).conversation_id)()
-        assert {"turns": turns, "more": False, "handoff": None} == await database_sync_to_async(history.history_of)(
-            conversation_id
-        )
+        expected = {"turns": turns, "messages": [], "more": False, "handoff": None}
+        assert expected == await database_sync_to_async(history.history_of)(conversation_id)
         # Extra fields are ignored, as for other frames; nothing else is sent.
         await chat.send({"type": "history", "turn_id": first, "conversation_id": 1})
         assert (await chat.receive())["turns"] == turns

@@ -57,6 +57,9 @@ def test_the_log_follows_eight_answers(browser, offline_app, device):
             # The rating row is the last thing added: the scroll took it in.
             assert end_in_view(page), f"{device}: the answer to {question!r} ended below the fold"
         assert with_sources >= 4, "the answers had Sources (what pushed them below the fold)"
+        # The thumbs are drawn (inline SVG), not emoji that need an emoji font.
+        assert page.locator(".message__rate svg").count() == 2 * len(QUESTIONS)
+        assert not [c for c in page.locator("#log").inner_text() if c in "\U0001f44d\U0001f44e"]
         height, top = page.evaluate("() => [log.scrollHeight, log.scrollTop]")
         assert top > 0 and height > page.viewport_size["height"]
 
