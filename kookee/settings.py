@@ -332,6 +332,16 @@ KOOKEE_EMBEDDINGS_THREADS = env.int("KOOKEE_EMBEDDINGS_THREADS", default=1)
 # per core, the model on two; bench/search_scale.py). Read when numpy loads,
 # which is later.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Importing a help center (helpcenter/importers/; docs/operations.md):
+# `manage.py sync_help_center` syncs the sources last synced more than
+# KOOKEE_SYNC_HOURS ago. Each fetch is bounded in time (seconds) and size
+# (bytes). Importers fetch only a source's own host, and never an address
+# of this machine or its private networks, unless
+# KOOKEE_IMPORT_ALLOW_PRIVATE (an intranet wiki; the tests' local servers).
+KOOKEE_SYNC_HOURS = env.float("KOOKEE_SYNC_HOURS", default=24.0)
+KOOKEE_IMPORT_TIMEOUT = env.float("KOOKEE_IMPORT_TIMEOUT", default=20.0)
+KOOKEE_IMPORT_MAX_BYTES = env.int("KOOKEE_IMPORT_MAX_BYTES", default=5_000_000)
+KOOKEE_IMPORT_ALLOW_PRIVATE = env.bool("KOOKEE_IMPORT_ALLOW_PRIVATE", default=False)
 # Handoff to a person (chat/support/handoffs.py). Support is emailed at these
 # addresses (default: every active member of the Support group with one),
 # and the webhook, if set, gets a signed JSON POST, with a timeout per

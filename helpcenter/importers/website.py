@@ -1,0 +1,192 @@
+"""A website: the pages a sitemap lists, or those a crawl from a start URL
+finds within its host and path prefix.
+
+LOCATION ending in .xml (or .xml.gz) is a sitemap (a sitemap index too);
+anything else is where the crawl starts, and its folder is the prefix:
+https://acme.example/docs/ crawls /docs/... only. Either way:
+
+- robots.txt is read first and obeyed (its Disallow lines for our user
+  agent, and its Crawl-delay);
+- only the source's own host is fetched (helpcenter/importers/fetch.py);
+- at most the `max_pages` setting (default 500) pages, `concurrency`
+  (default 2) at a time;
+- a page fetched before is asked for again with its ETag and Last-Modified:
+  304 keeps the article as it is;
+- each page's main content (its <main> or <article>) becomes the article,
+  its <h1> (else its <title>) the title, its <html lang> the locale. Pages
+  that say they are the same page in other languages (hreflang alternates)
+  are linked as versions of one article.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import time
+import urllib.robotparser
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import urldefrag, urljoin, urlsplit
+from xml.etree import ElementTree
+
+from helpcenter.importers import Item, Kept, Run, SourceError, locale
+from helpcenter.importers.fetch import USER_AGENT, Fetcher, Redirected, Refused, Response
+from helpcenter.importers.html import main_content, parse, to_markdown
+
+HTML = ("text/html", "application/xhtml+xml")
+MAX_SITEMAPS = 50
+MAX_SITEMAP_BYTES = 50_000_000  # the protocol's own limit, uncompressed
+TITLE_SEPARATORS = (" · ", " | ", " \u2013 ", " \u2014 ", " - ")
+
+
+def read(run: Run) -> Iterator[Item | Kept]:
+    source = run.source
+    start = source.location.strip()
+    max_pages = int(source.settings.get("max_pages") or 500)
+    concurrency = max(1, min(8, int(source.settings.get("concurrency") or 2)))
+    default = locale(source.settings.get("locale"), "en")
+    before: dict[str, dict[str, Any]] = source.state.get("pages", {}) if isinstance(source.state, dict) else {}
+    after: dict[str, dict[str, Any]] = {}
+    run.state["pages"] = after
+    with Fetcher(start) as fetcher:
+        robots = _robots(fetcher, start)
+        delay = float(robots.crawl_delay(USER_AGENT) or 0)
+        sitemap = urlsplit(start).path.lower().endswith((".xml", ".xml.gz"))
+        if sitemap:
+            queue = [u for u in _sitemap_pages(fetcher, start) if robots.can_fetch(USER_AGENT, u)]
+            prefix = ""
+        else:
+            queue = [urldefrag(start)[0]]
+            path = urlsplit(start).path or "/"
+            prefix = path[: path.rfind("/") + 1]
+        queue = list(dict.fromkeys(queue))[:max_pages]
+        run.expect(len(queue) if sitemap else 0)
+        queued = set(queue)
+        position = 0
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kookee-crawl") as pool:
+            while position < len(queue):
+                wave = queue[position : position + concurrency]
+                position += len(wave)
+                for url, response in zip(wave, pool.map(lambda u: _get(fetcher, u, before.get(u)), wave), strict=True):
+                    found = _page(url, response, before.get(url), default)
+                    if found is None:
+                        continue
+                    got, remembered = found
+                    after[url] = remembered
+                    yield got
+                    if sitemap:
+                        continue
+                    for link in remembered.get("links", []):
+                        if (
+                            len(queue) < max_pages
+                            and link not in queued
+                            and fetcher.allowed(link)
+                            and urlsplit(link).path.startswith(prefix)
+                            and robots.can_fetch(USER_AGENT, link)
+                        ):
+                            queued.add(link)
+                            queue.append(link)
+                            run.expect(1)
+                if delay:
+                    time.sleep(min(delay, 30))
+
+
+def _robots(fetcher: Fetcher, start: str) -> urllib.robotparser.RobotFileParser:
+    """The site's robots.txt; none (404, 410) allows everything."""
+    robots = urllib.robotparser.RobotFileParser()
+    response = fetcher.get(urljoin(start, "/robots.txt"), accept_missing=True)
+    robots.parse(response.text().splitlines() if response.status == 200 else [])
+    return robots
+
+
+def _sitemap_pages(fetcher: Fetcher, url: str) -> list[str]:
+    """The pages a sitemap lists, through a sitemap index's sitemaps, on the
+    source's host only."""
+    pages: list[str] = []
+    pending, read = [url], 0
+    while pending and read < MAX_SITEMAPS:
+        current = pending.pop(0)
+        read += 1
+        body = fetcher.get(current).body
+        if body[:2] == b"\x1f\x8b":
+            body = gzip.GzipFile(fileobj=io.BytesIO(body)).read(MAX_SITEMAP_BYTES + 1)
+            if len(body) > MAX_SITEMAP_BYTES:
+                raise SourceError(f"the sitemap {current} is larger than {MAX_SITEMAP_BYTES} bytes")
+        try:
+            root = ElementTree.fromstring(body)
+        except ElementTree.ParseError:
+            raise SourceError(f"{current} is not a sitemap (not XML)") from None
+        kind = root.tag.rsplit("}", 1)[-1]
+        locations = [el.text.strip() for el in root.iter() if el.tag.rsplit("}", 1)[-1] == "loc" and el.text]
+        if kind == "sitemapindex":
+            pending += [loc for loc in locations if fetcher.allowed(loc)]
+        elif kind == "urlset":
+            pages += [urldefrag(loc)[0] for loc in locations if fetcher.allowed(loc)]
+        else:
+            raise SourceError(f"{current} is not a sitemap (<{kind}>)")
+    return pages
+
+
+def _get(fetcher: Fetcher, url: str, before: dict[str, Any] | None) -> Response | None:
+    headers = {}
+    if before and before.get("etag"):
+        headers["If-None-Match"] = before["etag"]
+    if before and before.get("last_modified"):
+        headers["If-Modified-Since"] = before["last_modified"]
+    try:
+        return fetcher.get(url, headers=headers, accept_missing=True)
+    except (Redirected, Refused):
+        return None  # a page that leads away or in circles is not a page of this site
+
+
+def _page(
+    url: str, response: Response | None, before: dict[str, Any] | None, default: str
+) -> tuple[Item | Kept, dict[str, Any]] | None:
+    if response is None or response.status in (404, 410):
+        return None  # gone: its article is unpublished
+    if response.status == 304 and before:
+        return Kept(_id(url)), before
+    if response.status == 304 or response.headers.get("content-type", "text/html").split(";")[0].strip() not in HTML:
+        return None
+    page = parse(response.text())
+    links = [urldefrag(urljoin(response.url, a["href"]))[0] for a in page.find_all("a", href=True)]
+    html = page.find("html")
+    page_locale = locale(html.get("lang") if html else "", default)
+    alternates = sorted(
+        urljoin(response.url, str(link["href"]))
+        for link in page.find_all("link", rel="alternate", hreflang=True, href=True)
+    )
+    title_tag = page.find("title")
+    content = main_content(page)
+    heading = content.find("h1")
+    title = heading.get_text(" ", strip=True) if heading else ""
+    if heading:
+        heading.decompose()
+    if not title and title_tag:
+        title = title_tag.get_text(" ", strip=True)
+        for separator in TITLE_SEPARATORS:
+            title = title.split(separator)[0]
+    body = to_markdown(content, base_url=response.url)
+    remembered = {
+        "etag": response.headers.get("etag", ""),
+        "last_modified": response.headers.get("last-modified", ""),
+        "links": list(dict.fromkeys(links)),
+    }
+    if not title.strip() or not body.strip():
+        return None
+    item = Item(
+        external_id=_id(url),
+        locale=page_locale,
+        title=title.strip(),
+        body=body,
+        url=url,
+        # The versions of one page share the first of their URLs.
+        translation_key=_id(min([url, *alternates])) if alternates else "",
+    )
+    return item, remembered
+
+
+def _id(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")

@@ -1,0 +1,146 @@
+"""Zendesk Help Center: the public Help Center API, or saved pages of it.
+
+LOCATION is the help center's base URL (https://acme.zendesk.com), read
+through `GET /api/v2/help_center/{locale}/articles.json` page by page
+(`next_page`), once per locale of the source's `locales` setting (default
+en-us); or a JSON file of that API's answer, or a folder of them.
+
+An article's `id` is the same in every language, so the versions are
+linked by it. `draft` articles come in unpublished; `html_url`,
+`section_id`, `updated_at` and `locale` are kept. Articles restricted to a
+user segment (`user_segment_id`) are left out: the assistant answers anyone,
+and a token may see what the public may not (setting `include_restricted`
+to bring them anyway). The `sections` setting keeps only those sections.
+
+A token (optional, for a private help center): `email/token:API_TOKEN` for
+an API token (Basic), or an OAuth access token (Bearer).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from helpcenter.importers import Item, Refused, Run, SourceError, is_url, locale
+from helpcenter.importers.fetch import Fetcher
+from helpcenter.importers.html import to_markdown
+from helpcenter.importers.secrets import token_for
+
+PER_PAGE = 100
+
+
+def read(run: Run) -> Iterator[Item]:
+    source = run.source
+    wanted = [
+        locale(value, "en-us") for value in _list(source.settings.get("locales") or source.settings.get("locale"))
+    ]
+    sections = {str(s) for s in _list(source.settings.get("sections"))}
+    restricted = bool(source.settings.get("include_restricted"))
+    for article in _articles(run, wanted):
+        item = _item(article, wanted[0] if wanted else "en-us")
+        if item is None:
+            continue
+        if article.get("user_segment_id") is not None and not restricted:
+            continue
+        if sections and item.section not in sections:
+            continue
+        yield item
+
+
+def _articles(run: Run, locales: list[str]) -> Iterator[dict[str, Any]]:
+    location = run.source.location.strip()
+    if not is_url(location):
+        # Saved pages: every locale in them, unless the source names some.
+        yield from _saved(run, Path(location).expanduser(), set(locales))
+        return
+    base = location.rstrip("/")
+    token = token_for(run.source)
+    scheme, credentials = "Bearer", token
+    if ":" in token:  # email/token:API_TOKEN
+        scheme, credentials = "Basic", base64.b64encode(token.encode()).decode()
+    with Fetcher(base, token=credentials, scheme=scheme, headers={"Accept": "application/json"}) as fetcher:
+        for wanted in locales or ["en-us"]:
+            url: str | None = f"{base}/api/v2/help_center/{quote(wanted)}/articles.json?per_page={PER_PAGE}"
+            first = True
+            while url:
+                page = _json(fetcher.get(url).body, url)
+                if first and isinstance(page.get("count"), int):
+                    run.expect(page["count"])
+                first = False
+                yield from _listed(page, url)
+                url = page.get("next_page") or None
+                if url and not fetcher.allowed(url):
+                    raise Refused("Zendesk's next_page is on another host: not followed")
+
+
+def _saved(run: Run, path: Path, locales: set[str]) -> Iterator[dict[str, Any]]:
+    """Saved API answers: a file, or a folder of them (in name order)."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.json") if p.is_file())
+    elif path.is_file():
+        files = [path]
+    else:
+        raise SourceError(f"{path} is neither a URL, a JSON file nor a folder")
+    pages = [_json(p.read_bytes(), p.name) for p in files]
+    run.expect(sum(len(_listed(page, "")) for page in pages))
+    for page in pages:
+        for article in _listed(page, ""):
+            if not locales or locale(article.get("locale"), "") in locales:
+                yield article
+
+
+def _listed(page: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    articles = page.get("articles")
+    if not isinstance(articles, list) or not all(isinstance(a, dict) for a in articles):
+        raise SourceError(f"{where or 'the file'}: not a Zendesk articles page (no articles list)")
+    return articles
+
+
+def _item(article: dict[str, Any], default: str) -> Item | None:
+    if "id" not in article:
+        raise SourceError("a Zendesk article without an id")
+    title = str(article.get("title") or article.get("name") or "").strip()
+    if not title:
+        return None
+    url = str(article.get("html_url") or "")
+    return Item(
+        external_id=str(article["id"]),
+        locale=locale(article.get("locale"), default),
+        title=title,
+        body=to_markdown(str(article.get("body") or ""), base_url=url),
+        published=not article.get("draft", False),
+        url=url if url.startswith(("http://", "https://")) else "",
+        translation_key=str(article["id"]),
+        section=str(article.get("section_id") or ""),
+        updated_at=_datetime(article.get("updated_at")),
+    )
+
+
+def _json(body: bytes, where: str) -> dict[str, Any]:
+    try:
+        found = json.loads(body)
+    except ValueError:
+        raise SourceError(f"{where}: not JSON") from None
+    if not isinstance(found, dict):
+        raise SourceError(f"{where}: not a JSON object")
+    return found
+
+
+def _list(value: object) -> list[Any]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _datetime(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None

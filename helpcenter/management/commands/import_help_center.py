@@ -1,0 +1,107 @@
+import time
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from helpcenter import embeddings, indexer
+from helpcenter.importers import FetchError, SourceError, is_url
+from helpcenter.importers.secrets import TokenError
+from helpcenter.importers.sync import Busy, sync
+from helpcenter.models import Source
+
+
+class Command(BaseCommand):
+    help = (
+        "Imports a help center, or syncs it again: the same KIND and LOCATION are the same source. "
+        "KIND is markdown (a folder), zendesk (a Help Center URL, or saved JSON of its API), intercom (the API's "
+        "URL, or its JSON export) or website (a sitemap URL, or a start URL to crawl). See docs/operations.md."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("kind", choices=Source.Kind.values)
+        parser.add_argument("location", help="a URL, or a folder or file on this server")
+        parser.add_argument("--name", help="the source's name in the admin (default: the location)")
+        parser.add_argument(
+            "--token-env", metavar="VAR", help="the environment variable that holds the API token (never stored)"
+        )
+        parser.add_argument(
+            "--locale",
+            action="append",
+            help="a language to import (Zendesk: en-us, pt-br...; repeat for several); elsewhere the default",
+        )
+        parser.add_argument("--max-pages", type=int, help="website: the most pages to read (default 500)")
+        parser.add_argument("--section", action="append", help="Zendesk: only this section id (repeatable)")
+        parser.add_argument("--no-embed", action="store_true", help="leave the embedding to the servers' indexers")
+
+    def handle(self, *args, kind: str, location: str, **options):
+        location = _location(kind, location)
+        source, created = Source.objects.get_or_create(
+            kind=kind, location=location, defaults={"name": options["name"] or location[:200]}
+        )
+        changed = _configure(source, options)
+        if changed and not created:
+            self.stdout.write(f"Source {source.name}: settings updated.")
+        verb = "Importing" if created or source.synced_at is None else "Syncing"
+        self.stdout.write(f"{verb} {source.get_kind_display()} from {location}...")
+        started = time.monotonic()
+        last = [0.0]
+
+        def progress(done: int, total: int | None) -> None:
+            if time.monotonic() - last[0] >= 5:
+                last[0] = time.monotonic()
+                self.stdout.write(f"  {done} of {total}" if total else f"  {done}")
+
+        try:
+            result = sync(source, on_progress=progress)
+        except Busy as e:
+            raise CommandError(str(e)) from None
+        except (SourceError, FetchError, TokenError) as e:
+            raise CommandError(f"{source.name}: {e}. Nothing was unpublished; run it again.") from None
+        self.stdout.write(f"{source.name}: {result} ({time.monotonic() - started:.1f} s).")
+        if options["no_embed"]:
+            return
+        try:
+            embedded = indexer.embed_missing()
+        except embeddings.EmbeddingError as e:
+            self.stderr.write(f"Not embedded yet ({e}): each server process's indexer will retry.")
+            return
+        if embedded:
+            self.stdout.write(f"{embedded} passage(s) embedded with {embeddings.model_name()}.")
+
+
+def _location(kind: str, location: str) -> str:
+    location = location.strip()
+    if is_url(location):
+        # The crawl's prefix is the start URL's folder: its slash is kept.
+        return location if kind == Source.Kind.WEBSITE else location.rstrip("/")
+    if kind == Source.Kind.WEBSITE:
+        raise CommandError("a website source is a URL (http:// or https://)")
+    path = Path(location).expanduser()
+    if not path.exists():
+        raise CommandError(f"{location}: no such file or folder")
+    return str(path.resolve())
+
+
+def _configure(source: Source, options: dict) -> bool:
+    """What the command's options say about the source: kept for its next syncs."""
+    settings = dict(source.settings)
+    if options["locale"]:
+        locales = [v.strip() for value in options["locale"] for v in value.split(",") if v.strip()]
+        settings["locales" if source.kind == Source.Kind.ZENDESK else "locale"] = (
+            locales if source.kind == Source.Kind.ZENDESK else locales[0]
+        )
+    if options["max_pages"]:
+        settings["max_pages"] = options["max_pages"]
+    if options["section"]:
+        settings["sections"] = options["section"]
+    fields = {"settings": settings}
+    if options["token_env"] is not None:
+        fields["token_env"] = options["token_env"]
+    if options["name"]:
+        fields["name"] = options["name"]
+    changed = [name for name, value in fields.items() if getattr(source, name) != value]
+    for name in changed:
+        setattr(source, name, fields[name])
+    if changed:
+        source.save(update_fields=changed)
+    return bool(changed)

@@ -1,0 +1,167 @@
+"""A website, against a local server: robots.txt, a sitemap index, a crawl
+within its prefix, main content only, conditional requests on re-runs,
+redirect loops, and what the crawler refuses to fetch (SSRF)."""
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from helpcenter.importers import fetch
+from helpcenter.importers.fetch import Fetcher, Refused
+from helpcenter.models import Article, Source
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args) -> str:
+    out = io.StringIO()
+    call_command("import_help_center", *[str(a) for a in args], "--no-embed", stdout=out)
+    return out.getvalue()
+
+
+def test_a_crawl_stays_in_its_prefix_and_obeys_robots(site):
+    out = run("website", f"{site.url}/docs/", "--name", "Acme docs")
+
+    assert "4 added, 0 updated, 0 unchanged, 0 unpublished" in out
+    assert sorted(Article.objects.values_list("external_id", flat=True)) == [
+        "/docs/",
+        "/docs/api/webhooks.html",
+        "/docs/billing/refunds.html",
+        "/docs/getting-started.html",
+    ]
+    fetched = site.paths()
+    assert fetched[0] == "/robots.txt"
+    assert "/docs/private/secret.html" not in fetched  # Disallow
+    assert "/blog/" not in fetched and "/pricing" not in fetched  # outside /docs/
+
+
+def test_a_page_keeps_its_main_content_headings_links_and_code(site):
+    run("website", f"{site.url}/docs/")
+
+    webhooks = Article.objects.get(external_id="/docs/api/webhooks.html")
+    assert webhooks.title == "Webhooks"  # its <h1>, out of the body
+    assert webhooks.locale == "en"
+    assert webhooks.source_url == f"{site.url}/docs/api/webhooks.html"
+    assert webhooks.body.startswith("Webhooks tell your systems")
+    assert "## Verify the signature" in webhooks.body
+    assert "```python\nimport hmac, hashlib\n\ndef verify(" in webhooks.body
+    for noise in ("dataLayer", "Pricing", "Privacy", "Accept all", "Was this page helpful", "Search the docs"):
+        assert noise not in webhooks.body
+    index = Article.objects.get(external_id="/docs/")
+    assert f"[Getting started]({site.url}/docs/getting-started.html)" in index.body  # links made absolute
+
+
+def test_a_sitemap_index_lists_the_pages_robots_allow(site):
+    out = run("website", f"{site.url}/sitemap_index.xml")
+
+    assert "5 added" in out  # four docs and the blog; not the disallowed page
+    assert Article.objects.filter(external_id="/blog/").exists()
+    assert not Article.objects.filter(external_id="/docs/private/secret.html").exists()
+    assert "/docs/private/secret.html" not in site.paths()
+
+
+def test_a_rerun_asks_conditionally_and_counts_edits_and_removals(site):
+    run("website", f"{site.url}/docs/")
+    site.requests.clear()
+    site.pages["/docs/billing/refunds.html"] = (site_file("docs/billing/refunds.html")).replace("30 days", "45 days")
+    site.gone.add("/docs/api/webhooks.html")
+
+    out = run("website", f"{site.url}/docs/")
+
+    assert "0 added, 1 updated, 2 unchanged, 1 unpublished" in out
+    conditional = [r for r in site.requests if "if-none-match" in r["headers"]]
+    assert {r["path"] for r in conditional} == {
+        "/docs/",
+        "/docs/getting-started.html",
+        "/docs/billing/refunds.html",
+        "/docs/api/webhooks.html",
+    }
+    assert "45 days" in Article.objects.get(external_id="/docs/billing/refunds.html").body
+    assert Article.objects.get(external_id="/docs/api/webhooks.html").published is False
+
+
+def test_a_redirect_loop_and_a_redirect_away_are_skipped(site):
+    site.redirects["/docs/loop-a.html"] = "/docs/loop-b.html"
+    site.redirects["/docs/loop-b.html"] = "/docs/loop-a.html"
+    site.redirects["/docs/away.html"] = "http://example.com/phish"
+    site.pages["/docs/"] = site_file("docs/index.html").replace(
+        "<h2>Popular topics</h2>",
+        '<h2>Popular topics</h2><a href="/docs/loop-a.html">loop</a> <a href="/docs/away.html">away</a>',
+    )
+
+    assert "4 added" in run("website", f"{site.url}/docs/")
+
+    assert site.paths().count("/docs/loop-a.html") == 1
+    assert not Article.objects.filter(external_id__contains="loop").exists()
+
+
+def test_the_page_limit_holds(site):
+    assert "2 added" in run("website", f"{site.url}/docs/", "--max-pages", "2")
+    assert len([p for p in site.paths() if p.startswith("/docs/")]) == 2
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:9/",
+        "http://localhost:9/",
+        "http://10.0.0.8/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]:9/",
+        "http://[::ffff:127.0.0.1]:9/",
+        "http://192.168.1.1/",
+    ],
+)
+def test_private_addresses_are_refused(settings, url):
+    settings.KOOKEE_IMPORT_ALLOW_PRIVATE = False
+    with Fetcher(url) as fetcher, pytest.raises(Refused, match="private or local address"):
+        fetcher.get(url)
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/", "gopher://example.com/", "data:,hi"])
+def test_other_schemes_are_refused(url):
+    with pytest.raises(Refused, match="not an http"):
+        Fetcher(url)
+
+
+def test_a_site_on_a_private_address_is_refused_whole(site, settings):
+    settings.KOOKEE_IMPORT_ALLOW_PRIVATE = False
+
+    with pytest.raises(CommandError, match="private or local address"):
+        run("website", f"{site.url}/docs/")
+    assert site.requests == []
+    assert not Article.objects.exists()
+
+
+def test_a_redirect_to_another_host_is_refused(site):
+    site.redirects["/robots.txt"] = "http://169.254.169.254/latest/meta-data/"
+    with Fetcher(site.url) as fetcher, pytest.raises(Refused, match="not on the source's host"):
+        fetcher.get(f"{site.url}/robots.txt")
+
+
+def test_a_page_larger_than_the_limit_is_not_read(site, settings):
+    settings.KOOKEE_IMPORT_MAX_BYTES = 1000
+    with Fetcher(site.url) as fetcher, pytest.raises(fetch.FetchError, match="larger than 1000 bytes"):
+        fetcher.get(f"{site.url}/docs/getting-started.html")
+
+
+def test_a_fetch_that_takes_too_long_is_abandoned(site, settings):
+    from tests.helpcenter.import_servers import Fault
+
+    settings.KOOKEE_IMPORT_TIMEOUT = 0.2
+    site.faults.extend([Fault(200, stall=1.0)] * 5)
+    with Fetcher(site.url) as fetcher, pytest.raises(fetch.FetchError, match="ReadTimeout"):
+        fetcher.get(f"{site.url}/docs/")
+
+
+def test_a_website_source_must_be_a_url(tmp_path):
+    with pytest.raises(CommandError, match="is a URL"):
+        run("website", tmp_path)
+    assert not Source.objects.exists()
+
+
+def site_file(path: str) -> str:
+    from tests.helpcenter.import_servers import SITE
+
+    return (SITE / path).read_text()
