@@ -1,12 +1,246 @@
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count
+from django.urls import reverse
+from django.utils.formats import date_format
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from base.admin import ModelAdmin
-from helpcenter.models import Article
+from helpcenter.importers import SourceError, location_of, reader_for, secrets
+from helpcenter.importers.sync import Busy, sync_in_background
+from helpcenter.models import Article, Source
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = _("state")
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [
+            ("published", _("Published")),
+            ("unpublished", _("Unpublished")),
+            ("gone", _("No longer at its source")),
+        ]
+
+    def queryset(self, request, queryset):
+        if self.value() == "published":
+            return queryset.filter(published=True)
+        if self.value() == "unpublished":
+            return queryset.filter(published=False)
+        if self.value() == "gone":
+            return queryset.filter(published=False, source__isnull=False, digest="")
+        return queryset
 
 
 @admin.register(Article)
 class ArticleAdmin(ModelAdmin):
-    list_display = ["title", "slug", "published", "updated_at"]
-    list_filter = ["published"]
+    list_display = ["title", "locale", "source_name", "state", "synced_at", "updated_at"]
+    list_filter = [StateFilter, "source", "locale"]
     search_fields = ["title", "body"]
     prepopulated_fields = {"slug": ["title"]}
+    list_select_related = ["source"]
+    IMPORTED = [
+        "source",
+        "external_id",
+        "at_the_source",
+        "section",
+        "translations",
+        "source_updated_at",
+        "synced_at",
+    ]
+
+    def get_fields(self, request, obj=None):
+        fields = ["title", "slug", "body", "published", "locale"]
+        return fields + self.IMPORTED if obj is not None and obj.source_id else fields
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and obj.source_id:
+            # The source is the article's home: an edit here would be
+            # overwritten by the next sync that finds it changed.
+            return ["title", "slug", "body", "locale", *self.IMPORTED]
+        return []
+
+    def get_prepopulated_fields(self, request, obj=None):
+        return {} if obj is not None and obj.source_id else self.prepopulated_fields
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        article = self.get_object(request, object_id)
+        if article is not None and article.source_id and request.method == "GET":
+            messages.info(
+                request,
+                gettext(
+                    "Imported from %(source)s: edit it there, and the next sync brings the change. "
+                    "Unpublishing it here lasts until the source changes it."
+                )
+                % {"source": article.source.name},
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description=_("source"), ordering="source__name")
+    def source_name(self, article):
+        return article.source.name if article.source_id else gettext("Typed in the admin")
+
+    @admin.display(description=_("state"), ordering="published")
+    def state(self, article):
+        if article.published:
+            return gettext("Published")
+        if article.source_id and not article.digest:
+            return gettext("No longer at its source")
+        return gettext("Unpublished")
+
+    @admin.display(description=_("at the source"))
+    def at_the_source(self, article):
+        if not article.source_url:
+            return None  # the admin's empty value
+        return format_html('<a href="{}" rel="noopener noreferrer">{}</a>', article.source_url, article.source_url)
+
+    @admin.display(description=_("in other languages"))
+    def translations(self, article):
+        if not article.translation_key:
+            return None  # the admin's empty value
+        others = Article.objects.filter(source_id=article.source_id, translation_key=article.translation_key).exclude(
+            pk=article.pk
+        )
+        links = [(reverse("admin:helpcenter_article_change", args=[a.pk]), a.locale, a.title) for a in others]
+        return format_html_join(", ", '<a href="{}">{}: {}</a>', links) or None
+
+
+class SourceForm(forms.ModelForm):
+    token = forms.CharField(
+        label=_("token"),
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text=_(
+            "Stored encrypted, never shown again. Leave empty to keep the current one. Or name an environment "
+            "variable below instead. Zendesk: email/token:API_TOKEN, or an OAuth token; Intercom: an access token."
+        ),
+    )
+    clear_token = forms.BooleanField(label=_("forget the stored token"), required=False)
+
+    class Meta:
+        model = Source
+        fields = ["name", "kind", "location", "settings", "token", "clear_token", "token_env"]
+
+    def clean(self):
+        cleaned = super().clean()
+        kind, location = cleaned.get("kind"), cleaned.get("location")
+        if kind and location:
+            try:
+                reader_for(kind)
+                cleaned["location"] = location_of(kind, location)
+            except SourceError as e:
+                self.add_error("location", str(e))
+        if not isinstance(cleaned.get("settings") or {}, dict):
+            self.add_error("settings", _("A JSON object, such as {}."))
+        return cleaned
+
+    def save(self, commit=True):
+        source = super().save(commit=False)
+        if self.cleaned_data.get("clear_token"):
+            source.token_encrypted = ""
+        elif self.cleaned_data.get("token"):
+            source.token_encrypted = secrets.encrypt(self.cleaned_data["token"])
+        if commit:
+            source.save()
+        return source
+
+
+@admin.register(Source)
+class SourceAdmin(ModelAdmin):
+    form = SourceForm
+    list_display = ["name", "kind", "location", "article_count", "synced_at", "status"]
+    list_filter = ["kind"]
+    actions = ["sync_now"]
+    readonly_fields = ["token_stored", "status", "last_result_shown", "articles_link", "synced_at"]
+    change_form_template = "admin/helpcenter/source/change_form.html"
+    change_list_template = "admin/helpcenter/source/change_list.html"
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = [
+            (None, {"fields": ["name", "kind", "location", "settings"]}),
+            (_("Access"), {"fields": ["token_stored", "token", "clear_token", "token_env"]}),
+        ]
+        if obj is not None:
+            fieldsets.append(
+                (_("Sync"), {"fields": ["status", "synced_at", "last_result_shown", "articles_link"]}),
+            )
+        return fieldsets
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(article_total=Count("articles"))
+
+    def get_readonly_fields(self, request, obj=None):
+        # A source's kind and location are what it is: a new one is another source.
+        return [*self.readonly_fields, "kind", "location"] if obj is not None else self.readonly_fields
+
+    def changelist_view(self, request, extra_context=None):
+        # The list refreshes itself while a sync runs: it is where the action shows its progress.
+        syncing = Source.objects.filter(running_since__isnull=False).exists()
+        return super().changelist_view(request, {**(extra_context or {}), "syncing": syncing})
+
+    @admin.action(description=_("Sync now"))
+    def sync_now(self, request, queryset):
+        started = []
+        for source in queryset:
+            try:
+                sync_in_background(source)
+            except Busy:
+                self.message_user(
+                    request, gettext("%(name)s is already syncing.") % {"name": source.name}, messages.WARNING
+                )
+            else:
+                started.append(source.name)
+        if started:
+            self.message_user(
+                request,
+                ngettext(
+                    "Syncing %(names)s: this page shows how far it is.",
+                    "Syncing %(names)s: this page shows how far they are.",
+                    len(started),
+                )
+                % {"names": ", ".join(started)},
+                messages.SUCCESS,
+            )
+
+    @admin.display(description=_("articles"), ordering="article_total")
+    def article_count(self, source):
+        return source.article_total
+
+    @admin.display(description=_("articles"))
+    def articles_link(self, source):
+        url = reverse("admin:helpcenter_article_changelist") + f"?source__id__exact={source.pk}"
+        return format_html('<a href="{}">{}</a>', url, gettext("The source's articles"))
+
+    @admin.display(description=_("stored token"))
+    def token_stored(self, source):
+        return gettext("Set (encrypted)") if source.token_encrypted else gettext("None")
+
+    @admin.display(description=_("status"))
+    def status(self, source):
+        if source.running_since is not None:
+            if source.progress_total:
+                return format_html(
+                    '<span class="kk-running">{}</span>',
+                    gettext("Syncing: %(done)s of %(total)s")
+                    % {"done": source.progress_done, "total": source.progress_total},
+                )
+            return format_html(
+                '<span class="kk-running">{}</span>', gettext("Syncing: %(done)s read") % {"done": source.progress_done}
+            )
+        if source.last_error:
+            return format_html('<span class="kk-failed">{}</span>', gettext("Failed: %s") % source.last_error)
+        if source.synced_at is None:
+            return gettext("Never synced")
+        return gettext("Synced %(when)s") % {"when": date_format(source.synced_at, "SHORT_DATETIME_FORMAT")}
+
+    @admin.display(description=_("last result"))
+    def last_result_shown(self, source):
+        found = source.last_result or {}
+        if not found:
+            return None  # the admin's empty value
+        return gettext("%(added)s added, %(updated)s updated, %(unchanged)s unchanged, %(unpublished)s unpublished") % {
+            key: found.get(key, 0) for key in ("added", "updated", "unchanged", "unpublished")
+        }

@@ -32,7 +32,7 @@ from django.dispatch import receiver
 
 from helpcenter import embeddings, passages, ranking
 from helpcenter.dense import Dense
-from helpcenter.models import Article, PassageVector
+from helpcenter.models import Article, PassageVector, language_of
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,9 @@ class Snapshot:
     passages: dict[int, list[passages.Passage]] = dataclass_field(default_factory=dict)  # by article id
     dense: Dense | None = None
     missing: int = 0  # passages with no vector under the model
+    languages: dict[int, str] = dataclass_field(default_factory=dict)  # by article id: en, pt...
+    # An imported article's published versions in every language, by the id of each.
+    versions: dict[int, tuple[int, ...]] = dataclass_field(default_factory=dict)
 
     def fresh(self) -> bool:
         return time.monotonic() - self.checked_at < settings.KOOKEE_HELP_CENTER_RECHECK_SECONDS
@@ -93,12 +96,27 @@ def published_passages() -> dict[int, list[passages.Passage]]:
 
 
 def _build(stamp: tuple) -> Snapshot:
-    articles = Article.objects.filter(published=True).only("id", "title", "slug", "body")
+    articles = Article.objects.filter(published=True).only(
+        "id", "title", "slug", "body", "locale", "source_id", "translation_key"
+    )
     documents = [ranking.Document(a.id, a.title, a.get_absolute_url(), a.body) for a in articles]
     split = {a.id: passages.split(a.id, a.title, a.body) for a in articles}
     dense, missing = _dense(stamp[2], split)
+    groups: dict[tuple[int, str], list[int]] = {}
+    for a in articles:
+        if a.source_id and a.translation_key:
+            groups.setdefault((a.source_id, a.translation_key), []).append(a.id)
+    versions = {member: tuple(ids) for ids in groups.values() if len(ids) > 1 for member in ids}
     return Snapshot(
-        stamp, ranking.Index(documents), [d.title for d in documents], time.monotonic(), split, dense, missing
+        stamp,
+        ranking.Index(documents),
+        [d.title for d in documents],
+        time.monotonic(),
+        split,
+        dense,
+        missing,
+        {a.id: language_of(a.locale) for a in articles},
+        versions,
     )
 
 

@@ -35,6 +35,7 @@ from django.conf import settings
 
 from helpcenter import embeddings, index, indexer, ranking
 from helpcenter.dense import Nearest
+from helpcenter.models import language_of
 from helpcenter.passages import Passage
 from helpcenter.ranking import folded, normalised
 
@@ -86,11 +87,13 @@ class Spent:
     tokens: int
 
 
-def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None) -> dict[str, Any]:
+def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None, language: str = "") -> dict[str, Any]:
     """The best articles for the query, those with high confidence first,
     then the others, each with its relevance by words (`score`) and by
     meaning (`similarity`, when the query was embedded); `no_good_match` when
-    none is high. Raises ValueError for an empty query."""
+    none is high. An article in several languages is one result, in the
+    visitor's `language` when it has a version in it, else as it ranked.
+    Raises ValueError for an empty query."""
     _check(query)
     found = snapshot.index
     hits = {hit.document.id: hit for hit in found.hits(query, limit=CANDIDATES)}
@@ -105,19 +108,21 @@ def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None)
         for rank, article in enumerate(by_words, 1):
             if not near.embedded(article):
                 fused[article] += 1 / (FUSION_K + rank)
-    best = sorted(fused, key=lambda article: -fused[article])[:RESULTS]
+    best = _one_version_each(snapshot, sorted(fused, key=lambda article: -fused[article]), language)
     agreed = None
     if near is not None and by_words[:1] == near.ranked[:1] and near.standout >= AGREEMENT_STANDOUT:
         agreed = by_words[0]
     articles = []
-    for article in best:
-        if article not in found.by_id:
+    for shown, article in best:
+        if shown not in found.by_id:
             continue  # not in this snapshot's articles (never, but a vector may outlive one)
+        # The version that ranked says how good the match is; the one shown is the visitor's language's.
         hit = hits.get(article)
         good = bool(hit and hit.good) or article == agreed
-        passage = near.passage(article) if near else None
-        passage = passage or _by_words(snapshot.passages.get(article, []), query)
-        articles.append(_article(found.by_id[article], hit, passage, query, good, near))
+        passage = near.passage(shown) if near else None
+        passage = passage or _by_words(snapshot.passages.get(shown, []), query)
+        articles.append(_article(found.by_id[shown], hit, passage, query, good, near))
+        articles[-1]["language"] = snapshot.languages.get(shown, "")
     articles.sort(key=lambda a: a["confidence"] != HIGH)  # stable: by fused rank within
     scores = [hit.relevance for hit in hits.values()]
     result: dict[str, Any] = {
@@ -130,6 +135,25 @@ def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None)
         result["no_good_match"] = True
         result["closest"] = [{"id": a["id"], "title": a["title"], "score": a["score"]} for a in articles]
     return result
+
+
+def _one_version_each(snapshot: index.Snapshot, ranked: list[int], language: str) -> list[tuple[int, int]]:
+    """The first RESULTS articles of the ranking, one per article whatever
+    its languages, as (the version shown, the version that ranked)."""
+    wanted = language_of(language) if language else ""
+    best: list[tuple[int, int]] = []
+    taken: set[object] = set()
+    for article in ranked:
+        versions = snapshot.versions.get(article)
+        if versions is None:
+            best.append((article, article))
+        elif versions not in taken:
+            taken.add(versions)
+            mine = [v for v in versions if wanted and snapshot.languages.get(v) == wanted]
+            best.append((mine[0] if mine and article not in mine else article, article))
+        if len(best) == RESULTS:
+            break
+    return best
 
 
 def _check(query: str) -> None:
@@ -168,7 +192,7 @@ def _by_words(passages: list[Passage], query: str) -> Passage | None:
     return max(scored, key=lambda s: (s[0], s[1]))[2] if scored else None
 
 
-async def search_spending(query: str) -> tuple[dict[str, Any], Spent | None]:
+async def search_spending(query: str, language: str = "") -> tuple[dict[str, Any], Spent | None]:
     """search_in, from the event loop, with what embedding the query cost
     (None when nothing was billed). Ranking an in-memory index takes a few
     milliseconds: it runs on the loop rather than queueing for the database
@@ -184,15 +208,15 @@ async def search_spending(query: str) -> tuple[dict[str, Any], Spent | None]:
             )
         except (TimeoutError, embeddings.EmbeddingError) as e:
             _failed(e)
-    return _searched(snapshot, query, embedder, embedded)
+    return _searched(snapshot, query, embedder, embedded, language)
 
 
-async def search(query: str) -> dict[str, Any]:
+async def search(query: str, language: str = "") -> dict[str, Any]:
     """search_spending, without the cost."""
-    return (await search_spending(query))[0]
+    return (await search_spending(query, language))[0]
 
 
-def search_sync(query: str) -> dict[str, Any]:
+def search_sync(query: str, language: str = "") -> dict[str, Any]:
     """search, from sync code (the help pages)."""
     _check(query)
     snapshot = index.current_sync()
@@ -203,7 +227,7 @@ def search_sync(query: str) -> dict[str, Any]:
             embedded = embeddings.query_sync(embedder, _plain_query(query))
         except embeddings.EmbeddingError as e:
             _failed(e)
-    return _searched(snapshot, query, embedder, embedded)[0]
+    return _searched(snapshot, query, embedder, embedded, language)[0]
 
 
 def articles_by_id() -> dict[int, ranking.Document]:
@@ -250,13 +274,14 @@ def _searched(
     query: str,
     embedder: embeddings.Embedder | None,
     embedded: embeddings.Embedded | None,
+    language: str = "",
 ) -> tuple[dict[str, Any], Spent | None]:
     near = None
     if embedder is not None and embedded is not None and snapshot.dense is not None:
         near = snapshot.dense.nearest(embedded.vectors[0])
         if near is None:
             _fell_back("dimensions", "the query's vector is not the size of the passages' (%s)", embedder.model)
-    result = search_in(snapshot, query, near)
+    result = search_in(snapshot, query, near, language)
     if near is None and embeddings.embedder() is not None:
         result["by_words_only"] = True
     spent = None

@@ -66,7 +66,7 @@ def test_support_reads_transcripts_and_edits_the_help_center(client, django_user
         assert client.get(url).status_code == 200, url
     response = client.post(
         f"/admin/helpcenter/article/{records['helpcenter/article'].pk}/change/",
-        {"title": "Refund policy", "slug": "refunds", "body": "Within 30 days.", "published": "on"},
+        {"title": "Refund policy", "slug": "refunds", "body": "Within 30 days.", "published": "on", "locale": "en"},
     )
     assert response.status_code == 302
     assert Article.objects.get().body == "Within 30 days."

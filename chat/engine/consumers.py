@@ -23,7 +23,7 @@ from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from chat import errors
-from chat.engine import backpressure, fastjson, history, hub, lifecycle, records, turns
+from chat.engine import backpressure, fastjson, history, hub, lifecycle, records, tools, turns
 from chat.support import feedback, handoffs, replies
 from chat.text import storable
 from chat.visitors import access, embed, limits
@@ -234,6 +234,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def _start_turn(self, text: str) -> None:
         try:
+            tools.visitor_language.set(self.language)  # the turn's task starts with a copy of this context
             self.conversation_id = await turns.start(self.visitor, self.conversation_id, text, self.replacing)
             self.replacing = None
         except records.Busy:

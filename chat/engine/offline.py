@@ -89,6 +89,7 @@ OFFER = {
     "en": "I can put you in touch with a person from our support team: just say so, or press “Talk to a person”.",
     "pt": "Posso chamar uma pessoa da nossa equipe de suporte: é só pedir, ou tocar em “Falar com uma pessoa”.",
 }
+IN_ENGLISH = " (em inglês)"
 SAID = {
     "en": {
         "greeting": GREETING_ANSWER,
@@ -113,9 +114,9 @@ SAID = {
         "not_covered": "A central de ajuda não fala sobre isso, até onde consegui encontrar.",
         "narration": "Vou procurar isso na central de ajuda.",
         "two_questions": "São duas perguntas; vou procurar as duas na central de ajuda.",
-        "found": "Veja o que diz a central de ajuda (em inglês):",
-        "steps": "Estes são os passos, segundo %s (em inglês):",
-        "more": "Mais em %s (em inglês).",
+        "found": f"Veja o que diz a central de ajuda{IN_ENGLISH}:",
+        "steps": f"Estes são os passos, segundo %s{IN_ENGLISH}:",
+        "more": f"Mais em %s{IN_ENGLISH}.",
         "elsewhere": "O trecho mais próximo que encontrei fala de “%s”, que é outra coisa.",
         "handing_over": "Vou pedir a uma pessoa da nossa equipe de suporte que ajude você.",
         "handed_over": (
@@ -405,7 +406,17 @@ def _answer_from_results(
         elsewhere = f" {said['elsewhere'] % closest}" if closest else ""
         return f"{said['not_covered']}{elsewhere} {OFFER[language]}"
     words = _in_english(question) if language == "pt" else question
-    return "\n\n".join(_compose(article, _passage_of(article, passages, words), words, said) for article in found)
+    return "\n\n".join(
+        _compose(article, _passage_of(article, passages, words), words, _for(said, article)) for article in found
+    )
+
+
+def _for(said: dict[str, str], article: dict[str, Any]) -> dict[str, str]:
+    """What to say of an article: "(in English)" only when it is not in the
+    visitor's language (an imported help center may have theirs)."""
+    if said is SAID["pt"] and article.get("language") == "pt":
+        return {key: text.replace(IN_ENGLISH, "") for key, text in said.items()}
+    return said
 
 
 def _passage_of(article: dict[str, Any], passages: dict[int, list[Passage]], question: str) -> Passage | None:

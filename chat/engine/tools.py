@@ -27,6 +27,9 @@ NO_GOOD_MATCH = (
 )
 
 current_turn: ContextVar[int] = ContextVar("current_turn")
+# The language of the tab that asked (its browser's): a search prefers the
+# articles' versions in it (helpcenter/search.py).
+visitor_language: ContextVar[str] = ContextVar("visitor_language", default="")
 
 
 def with_advice(result: dict[str, Any]) -> dict[str, Any]:
@@ -35,8 +38,10 @@ def with_advice(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "note": NO_GOOD_MATCH} if result.get("no_good_match") else result
 
 
-async def _search_help_center(query: str) -> dict[str, Any]:
-    result, spent = await search.search_spending(query)
+async def _search_help_center(query: str, language: str = "") -> dict[str, Any]:
+    if not isinstance(language, str):
+        raise ValueError("language must be a string")
+    result, spent = await search.search_spending(query, language or visitor_language.get())
     if spent is not None:
         # Embedding the query cost money: billed with the turn that asked,
         # even if a Stop lands on this write (shielded).
@@ -71,7 +76,14 @@ SEARCH_HELP_CENTER = Tool(
     parameters={
         "type": "object",
         "properties": {
-            "query": {"type": "string", "description": "What to look for, in English (the articles' language)."}
+            "query": {
+                "type": "string",
+                "description": "What to look for, in English or in the visitor's language.",
+            },
+            "language": {
+                "type": "string",
+                "description": "The visitor's language (en, pt-br...): articles in it are preferred when they exist.",
+            },
         },
         "required": ["query"],
     },

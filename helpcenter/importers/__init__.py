@@ -16,11 +16,24 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 from helpcenter.importers.fetch import FetchError, Refused
 
-__all__ = ["FetchError", "Item", "Kept", "Reader", "Refused", "Run", "SourceError", "locale", "reader_for"]
+__all__ = [
+    "FetchError",
+    "Item",
+    "Kept",
+    "Reader",
+    "Refused",
+    "Run",
+    "SourceError",
+    "is_url",
+    "locale",
+    "location_of",
+    "reader_for",
+]
 
 
 class SourceError(Exception):
@@ -90,3 +103,18 @@ def locale(value: object, default: str) -> str:
 
 def is_url(location: str) -> bool:
     return location.lower().startswith(("http://", "https://"))
+
+
+def location_of(kind: str, location: str) -> str:
+    """A source's location as it is kept: the same kind and location are the
+    same source. A URL as given (a crawl's prefix is its start URL's folder,
+    so a website's keeps its slash); a file or folder, absolute."""
+    location = location.strip()
+    if is_url(location):
+        return location if kind == "website" else location.rstrip("/")
+    if kind == "website":
+        raise SourceError("a website source is a URL (http:// or https://)")
+    path = Path(location).expanduser()
+    if not path.exists():
+        raise SourceError(f"{location}: no such file or folder on this server")
+    return str(path.resolve())

@@ -47,7 +47,7 @@ def test_support_edits_articles_at_the_new_address(client, support):
 
     response = client.post(
         f"/admin/helpcenter/article/{article.pk}/change/",
-        {"title": "Refunds", "slug": "refunds", "body": "Within 30 days.", "published": "on"},
+        {"title": "Refunds", "slug": "refunds", "body": "Within 30 days.", "published": "on", "locale": "en"},
     )
     assert response.status_code == 302
     assert Article.objects.get(pk=article.pk).body == "Within 30 days."

@@ -1,10 +1,9 @@
 import time
-from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from helpcenter import embeddings, indexer
-from helpcenter.importers import FetchError, SourceError, is_url
+from helpcenter.importers import FetchError, SourceError, location_of
 from helpcenter.importers.secrets import TokenError
 from helpcenter.importers.sync import Busy, sync
 from helpcenter.models import Source
@@ -34,7 +33,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-embed", action="store_true", help="leave the embedding to the servers' indexers")
 
     def handle(self, *args, kind: str, location: str, **options):
-        location = _location(kind, location)
+        try:
+            location = location_of(kind, location)
+        except SourceError as e:
+            raise CommandError(str(e)) from None
         source, created = Source.objects.get_or_create(
             kind=kind, location=location, defaults={"name": options["name"] or location[:200]}
         )
@@ -67,19 +69,6 @@ class Command(BaseCommand):
             return
         if embedded:
             self.stdout.write(f"{embedded} passage(s) embedded with {embeddings.model_name()}.")
-
-
-def _location(kind: str, location: str) -> str:
-    location = location.strip()
-    if is_url(location):
-        # The crawl's prefix is the start URL's folder: its slash is kept.
-        return location if kind == Source.Kind.WEBSITE else location.rstrip("/")
-    if kind == Source.Kind.WEBSITE:
-        raise CommandError("a website source is a URL (http:// or https://)")
-    path = Path(location).expanduser()
-    if not path.exists():
-        raise CommandError(f"{location}: no such file or folder")
-    return str(path.resolve())
 
 
 def _configure(source: Source, options: dict) -> bool:

@@ -128,3 +128,48 @@ def run(*args) -> str:
     out = StringIO()
     call_command("import_help_center", *[str(a) for a in args], "--no-embed", stdout=out)
     return out.getvalue()
+
+
+def test_two_syncs_of_one_source_never_run_at_once(docs):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from helpcenter.importers.sync import LEASE_SECONDS, Busy, acquire
+
+    source = Source.objects.create(kind="markdown", name="Docs", location=str(docs.resolve()))
+    acquire(source)  # another process's sync, running
+
+    with pytest.raises(Busy):
+        sync(source)
+    with pytest.raises(CommandError, match="already running"):
+        run("markdown", docs)
+    assert not Article.objects.exists()
+
+    # A sync that stopped renewing its lease (a killed process) is presumed dead.
+    Source.objects.filter(pk=source.pk).update(running_since=timezone.now() - timedelta(seconds=LEASE_SECONDS + 1))
+    assert sync(source).added == 4
+
+
+def test_sync_help_center_syncs_the_sources_that_are_due(docs, tmp_path, settings):
+    from datetime import timedelta
+    from io import StringIO
+
+    from django.utils import timezone
+
+    settings.KOOKEE_SYNC_HOURS = 24
+    due = Source.objects.create(kind="markdown", name="Due", location=str(docs.resolve()))
+    other = tmp_path / "other"
+    write(other, "a.md", "# A\n\nText.\n")
+    fresh = Source.objects.create(kind="markdown", name="Fresh", location=str(other), synced_at=timezone.now())
+    Source.objects.filter(pk=due.pk).update(synced_at=timezone.now() - timedelta(hours=25))
+    out = StringIO()
+
+    call_command("sync_help_center", stdout=out)
+
+    assert "Due: 4 added, 0 updated, 0 unchanged, 0 unpublished." in out.getvalue()
+    assert "Fresh" not in out.getvalue()
+    assert not Article.objects.filter(source=fresh).exists()
+    out = StringIO()
+    call_command("sync_help_center", "--all", stdout=out)
+    assert "Fresh: 1 added" in out.getvalue() and "Due: 0 added, 0 updated, 4 unchanged" in out.getvalue()

@@ -1,0 +1,168 @@
+"""The sources in the admin: a token that is stored encrypted and never
+shown, a sync started as an action that shows its progress and result, and
+what the article list says of each article."""
+
+import threading
+import time
+
+import pytest
+from django.contrib.auth.models import Group
+from django.urls import reverse
+
+from chat.roles import ensure_roles
+from helpcenter.importers import secrets
+from helpcenter.importers.sync import sync
+from helpcenter.models import Article, Source
+
+
+@pytest.fixture
+def admin_client(client, django_user_model):
+    user = django_user_model.objects.create_superuser(username="root", password="pw")
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_a_source_added_in_the_admin_keeps_its_token_encrypted_and_never_shows_it(admin_client, zendesk):
+    response = admin_client.post(
+        reverse("admin:helpcenter_source_add"),
+        {
+            "name": "Acme",
+            "kind": "zendesk",
+            "location": zendesk.url + "/",
+            "settings": '{"locales": ["en-us"]}',
+            "token": "agent@acme.example/token:s3cr3t",
+            "token_env": "",
+        },
+    )
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    source = Source.objects.get()
+    assert source.location == zendesk.url  # kept without its trailing slash
+    assert "s3cr3t" not in source.token_encrypted
+    assert secrets.token_for(source) == "agent@acme.example/token:s3cr3t"
+    page = admin_client.get(reverse("admin:helpcenter_source_change", args=[source.pk])).content.decode()
+    assert "s3cr3t" not in page and source.token_encrypted not in page
+    assert "Set (encrypted)" in page
+
+    # Saving again without a token keeps it; "forget" drops it.
+    form = {"name": "Acme", "settings": '{"locales": ["en-us"]}', "token": "", "token_env": ""}
+    admin_client.post(reverse("admin:helpcenter_source_change", args=[source.pk]), form)
+    source.refresh_from_db()
+    assert secrets.token_for(source) == "agent@acme.example/token:s3cr3t"
+    admin_client.post(reverse("admin:helpcenter_source_change", args=[source.pk]), {**form, "clear_token": "on"})
+    source.refresh_from_db()
+    assert source.token_encrypted == ""
+
+
+@pytest.mark.django_db
+def test_a_bad_location_is_a_clear_error_that_saves_nothing(admin_client, tmp_path):
+    response = admin_client.post(
+        reverse("admin:helpcenter_source_add"),
+        {"name": "Site", "kind": "website", "location": str(tmp_path), "settings": "{}"},
+    )
+
+    assert response.status_code == 200
+    assert "a website source is a URL" in response.content.decode()
+    assert not Source.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sync_action_runs_in_the_background_and_the_page_shows_its_progress_and_result(admin_client, zendesk):
+    source = Source.objects.create(kind="zendesk", name="Acme", location=zendesk.url)
+    original = zendesk.answer
+    release = threading.Event()
+
+    def slow(*args):
+        release.wait(10)  # the first page waits until the test has seen the sync running
+        return original(*args)
+
+    zendesk.answer = slow
+    response = admin_client.post(
+        reverse("admin:helpcenter_source_changelist"),
+        {"action": "sync_now", "_selected_action": [source.pk]},
+        follow=True,
+    )
+    assert "Syncing Acme: this page shows how far it is." in response.content.decode()
+
+    page = admin_client.get(reverse("admin:helpcenter_source_changelist")).content.decode()
+    assert "Syncing: 0 read" in page
+    assert '<meta http-equiv="refresh"' in page  # it refreshes itself while it runs
+    again = admin_client.post(
+        reverse("admin:helpcenter_source_changelist"),
+        {"action": "sync_now", "_selected_action": [source.pk]},
+        follow=True,
+    )
+    assert "Acme is already syncing." in again.content.decode()  # never two at once
+
+    release.set()
+    deadline = time.monotonic() + 20
+    while Source.objects.get(pk=source.pk).running_since is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    page = admin_client.get(reverse("admin:helpcenter_source_change", args=[source.pk])).content.decode()
+    assert "23 added, 0 updated, 0 unchanged, 0 unpublished" in page
+    assert '<meta http-equiv="refresh"' not in page
+    assert Article.objects.filter(source=source).count() == 23
+
+
+@pytest.mark.django_db
+def test_a_failed_sync_says_why_on_the_page(admin_client, tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "bad.md").write_text("---\n: : :\n---\n")
+    source = Source.objects.create(kind="markdown", name="Docs", location=str(folder))
+    with pytest.raises(Exception, match="front matter"):
+        sync(source)
+
+    page = admin_client.get(reverse("admin:helpcenter_source_changelist")).content.decode()
+
+    assert "Failed: bad.md: its front matter is not valid YAML" in page
+
+
+@pytest.mark.django_db
+def test_the_article_list_shows_source_state_and_last_sync_and_imported_articles_are_read_only(
+    client, zendesk, django_user_model
+):
+    ensure_roles()
+    user = django_user_model.objects.create_user(username="sam", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="Support"))
+    client.force_login(user)
+    source = Source.objects.create(kind="zendesk", name="Acme Zendesk", location=zendesk.url)
+    sync(source)
+    Article.objects.create(title="Typed", slug="typed", body="Mine.")
+    imported = Article.objects.get(title="Refund policy")
+
+    listing = client.get(reverse("admin:helpcenter_article_changelist")).content.decode()
+    assert "Acme Zendesk" in listing and "Typed in the admin" in listing
+    assert "Published" in listing and "Unpublished" in listing  # the draft
+
+    page = client.get(reverse("admin:helpcenter_article_change", args=[imported.pk])).content.decode()
+    assert "Imported from Acme Zendesk: edit it there" in page
+    assert 'name="body"' not in page  # read-only
+    assert imported.source_url in page
+    response = client.post(reverse("admin:helpcenter_article_change", args=[imported.pk]), {"published": ""})
+    assert response.status_code == 302
+    imported.refresh_from_db()
+    assert imported.published is False and imported.title == "Refund policy"
+
+
+@pytest.mark.django_db
+def test_unanswered_questions_link_to_a_new_article_with_the_question(client, django_user_model):
+    from chat.models import Conversation, Search, Turn
+
+    ensure_roles()
+    user = django_user_model.objects.create_user(username="sam", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name="Support"))
+    client.force_login(user)
+    from helpcenter import search
+
+    conversation = Conversation.objects.create(visitor_hash="v")
+    turn = Turn.objects.create(conversation=conversation, user_text="Can I pay with PIX?", status="completed")
+    Search.objects.create(turn=turn, query="pay with PIX", terms=search.normalised("pay with PIX"), matched=False)
+
+    page = client.get(reverse("admin:chat_unansweredquestion_changelist")).content.decode()
+
+    link = reverse("admin:helpcenter_article_add") + "?title=Can%20I%20pay%20with%20PIX%3F"
+    assert f'href="{link}"' in page
+    form = client.get(link).content.decode()
+    assert 'value="Can I pay with PIX?"' in form

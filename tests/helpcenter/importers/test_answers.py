@@ -1,0 +1,81 @@
+"""Imported articles answer visitors: through the WebSocket, from the
+imported article, with its section's link; in the visitor's language when
+the article has a version in it, and in the other when not."""
+
+import io
+
+import pytest
+from django.core.management import call_command
+
+from helpcenter import search
+from helpcenter.models import Article
+from tests.chat.chat_client import ChatClient
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def imported(zendesk):
+    call_command(
+        "import_help_center", "zendesk", zendesk.url, "--locale", "en-us,pt-br", "--no-embed", stdout=io.StringIO()
+    )
+    return {a.title: a for a in Article.objects.all()}
+
+
+@pytest.fixture
+def offline_model(settings):
+    settings.OPENAI_API_KEY = ""
+    settings.OPENAI_BASE_URL = ""
+    settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND = 5000
+    settings.KOOKEE_OFFLINE_FIRST_TOKEN_MS = 0
+
+
+def test_a_search_shows_one_version_of_an_article_in_the_visitors_language(imported):
+    refunds, reembolso = imported["Refund policy"], imported["Política de reembolso"]
+
+    english = search.search_sync("How do I request a refund of an annual plan?", language="en")
+    portuguese = search.search_sync("How do I request a refund of an annual plan?", language="pt-br")
+
+    assert english["articles"][0]["id"] == refunds.pk
+    assert portuguese["articles"][0]["id"] == reembolso.pk  # the same article, in Portuguese
+    assert portuguese["articles"][0]["confidence"] == english["articles"][0]["confidence"]
+    for found in (english, portuguese):
+        ids = [a["id"] for a in found["articles"]]
+        assert not {refunds.pk, reembolso.pk} <= set(ids), "one version of an article, not both"
+
+
+def test_an_article_without_the_visitors_language_is_found_in_the_other(imported):
+    found = search.search_sync("install the feedback widget script tag", language="pt-br")
+
+    assert found["articles"][0]["title"] == "Installing the feedback widget on your website"
+
+
+async def test_a_visitor_is_answered_from_the_imported_article_with_its_section_link(imported, offline_model):
+    refunds = imported["Refund policy"]
+    client = await ChatClient.connect(language="en-US,en;q=0.9")
+    try:
+        turn_id = await client.ask("How do I request a refund?")
+        ended = await client.finish(turn_id)
+    finally:
+        await client.close()
+
+    answer = client.text_of(turn_id)
+    assert ended["status"] == "completed"
+    assert f"(/help/{refunds.slug}/#how-to-request-a-refund)" in answer
+    assert "Approved refunds go back to the original payment method" in answer  # the imported article's words
+    assert [s["url"] for s in ended["sources"]] == [f"/help/{refunds.slug}/#how-to-request-a-refund"]
+
+
+async def test_a_portuguese_visitor_is_answered_from_the_portuguese_version(imported, offline_model):
+    reembolso = imported["Política de reembolso"]
+    client = await ChatClient.connect(language="pt-BR,pt;q=0.9")
+    try:
+        turn_id = await client.ask("Como pedir reembolso do plano anual?")
+        ended = await client.finish(turn_id)
+    finally:
+        await client.close()
+
+    assert [s["url"].split("#")[0] for s in ended["sources"]] == [f"/help/{reembolso.slug}/"]
+    answer = client.text_of(turn_id)
+    assert "Reembolsos aprovados voltam para o meio de pagamento original" in answer
+    assert "(em inglês)" not in answer  # it is in Portuguese
