@@ -101,6 +101,7 @@ bench: $(VENV)/installed $(VENV)/bench-installed chromium
 	$(PY) bench/soak.py
 	$(PY) bench/eval.py --split test --save
 	$(PY) bench/search_scale.py
+	$(PY) bench/import_scale.py
 	$(PY) bench/report.py
 	$(PY) bench/admin.py
 	$(PY) bench/limits.py

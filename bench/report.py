@@ -19,7 +19,16 @@ from harness import RESULTS, ROOT, percentile
 
 DOCS = ROOT / "docs" / "benchmarks.md"
 CHARTS = ROOT / "docs" / "benchmarks"
-SECTIONS = ["probe_vs_stream", "relay_overhead", "stop_latency", "concurrency", "db_writes", "soak", "search_scale"]
+SECTIONS = [
+    "probe_vs_stream",
+    "relay_overhead",
+    "stop_latency",
+    "concurrency",
+    "db_writes",
+    "soak",
+    "search_scale",
+    "import_scale",
+]
 
 
 def load(name: str):

@@ -86,8 +86,10 @@ def sync(
         )
         raise
     finally:
+        # Embedding is the caller's: the command does it in the foreground,
+        # the admin's thread after the sync, servers when a search finds
+        # sections without vectors. A kick here would race the command's own.
         index.forget()
-        indexer.kick()
     Source.objects.filter(pk=source.pk, run_id=run_id).update(
         running_since=None, run_id="", synced_at=timezone.now(), last_result=asdict(result), last_error="", state=state
     )
@@ -104,7 +106,9 @@ def sync_in_background(source: Source) -> None:
         close_old_connections()
         try:
             sync(source, run_id)
-            indexer.embed_missing()
+            # This process's one indexer embeds what changed: not a second
+            # embedder beside it (both would pay for the same sections).
+            indexer.kick()
         except Exception:
             logger.exception("help-center sync of source %s failed", source.pk)
         finally:

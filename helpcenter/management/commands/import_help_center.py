@@ -33,6 +33,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-embed", action="store_true", help="leave the embedding to the servers' indexers")
 
     def handle(self, *args, kind: str, location: str, **options):
+        # This command embeds in the foreground, at its end: the background
+        # indexer that saving articles would wake would embed (and bill) the
+        # same sections a second time, beside it.
+        indexer.ENABLED = False
         try:
             location = location_of(kind, location)
         except SourceError as e:

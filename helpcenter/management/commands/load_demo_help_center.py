@@ -13,6 +13,10 @@ class Command(BaseCommand):
     help = "Adds the demo help-center articles that are missing (by slug); never overwrites edits."
 
     def handle(self, *args, **options) -> None:
+        # This command embeds in the foreground, at its end: the background
+        # indexer that saving articles would wake would embed (and bill) the
+        # same sections a second time, beside it.
+        indexer.ENABLED = False
         created = 0
         for item in json.loads(FIXTURE.read_text()):
             fields = item["fields"]

@@ -19,6 +19,10 @@ class Command(BaseCommand):
         parser.add_argument("--source", type=int, action="append", help="this source's id (repeatable)")
 
     def handle(self, *args, **options):
+        # This command embeds in the foreground, at its end: the background
+        # indexer that saving articles would wake would embed (and bill) the
+        # same sections a second time, beside it.
+        indexer.ENABLED = False
         if options["source"]:
             sources = list(Source.objects.filter(pk__in=options["source"]).order_by("pk"))
         elif options["all"]:
