@@ -41,7 +41,7 @@ admin.site.register(Group, GroupAdmin)
 # and the accounts. What is not named keeps its alphabetical place after.
 MENU = {
     "chat": ["handoff", "conversation", "feedback", "unansweredquestion", "supportreport", "search", "turn"],
-    "helpcenter": ["article"],
+    "helpcenter": ["article", "source"],
     "billing": [],
     "auth": [],
 }

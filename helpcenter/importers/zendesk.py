@@ -73,9 +73,20 @@ def _articles(run: Run, locales: list[str]) -> Iterator[dict[str, Any]]:
                     run.expect(page["count"])
                 first = False
                 yield from _listed(page, url)
-                url = page.get("next_page") or None
+                url = _next(page)
                 if url and not fetcher.allowed(url):
                     raise Refused("Zendesk's next_page is on another host: not followed")
+
+
+def _next(page: dict[str, Any]) -> str | None:
+    """The next page: `next_page` (offset pagination), or `links.next` while
+    `meta.has_more` (cursor pagination, `page[size]`)."""
+    if page.get("next_page"):
+        return str(page["next_page"])
+    meta, links = page.get("meta") or {}, page.get("links") or {}
+    if isinstance(meta, dict) and meta.get("has_more") and isinstance(links, dict) and links.get("next"):
+        return str(links["next"])
+    return None
 
 
 def _saved(run: Run, path: Path, locales: set[str]) -> Iterator[dict[str, Any]]:

@@ -31,7 +31,7 @@ def customer_sites() -> Iterator[list[str]]:
     servers = []
     for _ in range(2):
         server = ThreadingHTTPServer(("127.0.0.1", 0), _HostPage)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
     yield [f"http://127.0.0.1:{server.server_address[1]}" for server in servers]
     for server in servers:

@@ -116,3 +116,25 @@ def test_an_export_that_is_not_an_article_list_is_refused(tmp_path):
     (tmp_path / "x.json").write_text('{"type": "list", "items": 3}')
     with pytest.raises(CommandError, match="not an Intercom article list"):
         call_command("import_help_center", "intercom", str(tmp_path / "x.json"), "--no-embed", stdout=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    ("pages", "following"),
+    [
+        (
+            {"page": 1, "total_pages": 3, "next": "https://api.intercom.io/articles?page=2"},
+            "https://api.intercom.io/articles?page=2",
+        ),
+        (
+            {"page": 1, "next": {"page": 2, "starting_after": "WzE3MDc="}},
+            "https://api.intercom.io/articles?per_page=50&starting_after=WzE3MDc%3D",
+        ),
+        ({"page": 2, "total_pages": 3}, "https://api.intercom.io/articles?per_page=50&page=3"),
+        ({"page": 3, "total_pages": 3}, None),
+        ({"page": 1, "total_pages": 3, "next": None}, None),
+    ],
+)
+def test_every_shape_of_intercoms_next_page(pages, following):
+    from helpcenter.importers.intercom import _next
+
+    assert _next("https://api.intercom.io", pages) == following

@@ -150,3 +150,59 @@ def test_a_saved_file_that_is_not_a_zendesk_page_is_refused(tmp_path):
     (tmp_path / "x.json").write_text('{"results": []}')
     with pytest.raises(CommandError, match="not a Zendesk articles page"):
         run("zendesk", tmp_path / "x.json")
+
+
+def test_cursor_pagination_is_followed_too(zendesk, monkeypatch):
+    """Zendesk's newer pagination: meta.has_more and links.next, no next_page."""
+    original = zendesk.answer
+
+    def cursor(path, query, headers):
+        answer = original(path, query, headers)
+        page = json.loads(answer.body)
+        following = page.pop("next_page")
+        page["meta"] = {"has_more": following is not None, "after_cursor": "xyz" if following else None}
+        page["links"] = {"next": following, "prev": None}
+        answer.body = json.dumps(page).encode()
+        return answer
+
+    monkeypatch.setattr(zendesk, "answer", cursor)
+
+    assert "23 added" in run("zendesk", zendesk.url)
+    assert len(zendesk.requests) == 3
+
+
+def test_hostile_html_never_reaches_the_markdown_or_the_page(zendesk, client):
+    zendesk.articles["en-us"] = [
+        {
+            **zendesk.articles["en-us"][0],
+            "title": "Hostile",
+            "body": (
+                '<p onclick="steal()">Hello <img src=x onerror="alert(1)"> <a href="javascript:alert(2)">click</a></p>'
+                "<script>alert(3)</script><style>body{display:none}</style>"
+                '<iframe src="https://evil.example"></iframe>'
+                "<p>&lt;script&gt;alert(4)&lt;/script&gt;</p>"
+            ),
+        }
+    ]
+    run("zendesk", zendesk.url)
+    article = Article.objects.get(title="Hostile")
+
+    for gone in ("onclick", "onerror", "javascript:", "alert(3)", "display:none", "iframe", "evil.example"):
+        assert gone not in article.body
+    assert article.body.startswith("Hello")
+    page = client.get(article.get_absolute_url()).content.decode()
+    assert "<script>alert(4)" not in page  # the text is data for the renderer, escaped
+    assert "alert(3)" not in page
+
+
+def test_the_token_never_reaches_a_log_line_or_an_error(zendesk, monkeypatch, caplog):
+    monkeypatch.setenv("ZENDESK_TOKEN", "agent@acme.example/token:s3cr3t-value")
+    zendesk.token = "Basic nope"
+    caplog.set_level("DEBUG")
+
+    with pytest.raises(CommandError) as raised:
+        run("zendesk", zendesk.url, "--token-env", "ZENDESK_TOKEN")
+
+    assert "s3cr3t-value" not in str(raised.value)
+    assert "s3cr3t-value" not in caplog.text
+    assert "s3cr3t-value" not in Source.objects.get().last_error
