@@ -48,6 +48,7 @@ __all__ = [
     "embedded",
     "fallbacks",
     "folded",
+    "languages",
     "normalised",
     "search",
     "search_in",
@@ -304,6 +305,11 @@ def sweep() -> None:
     an edit made where no indexer ran), in the background."""
     if index.current_sync().missing:
         indexer.kick()
+
+
+def languages() -> set[str]:
+    """The languages the published articles are in (en, pt...)."""
+    return set(index.current_sync().languages.values())
 
 
 def titles() -> list[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf.locale import LANG_INFO
+
 from helpcenter import search
 
 SYSTEM_PROMPT = """You are Kookee's help-center assistant. Kookee is a product for collecting \
@@ -19,16 +21,29 @@ in touch with a person. Call request_human when the visitor asks for a person, o
 offer. Greetings and small talk need no search. Be brief and friendly.
 
 Answer in the visitor's language: the language of their latest message (Portuguese to a visitor \
-who writes in Portuguese). The articles are in English: search in English, whatever language the \
-visitor writes in.
+who writes in Portuguese). {languages}
 
 The help center has these articles:
 {overview}"""
 
+IN_ENGLISH = "The articles are in English: search in English, whatever language the visitor writes in."
+# An imported help center may hold several languages (helpcenter/importers/).
+IN_SEVERAL = (
+    "The articles are in {names}: search in the visitor's language when the help center has it, and pass it as "
+    "`language` (such as pt-br), so that an article's version in it comes first."
+)
+
 
 def system_prompt() -> str:
     titles = search.titles()
-    return SYSTEM_PROMPT.format(overview="\n".join(f"- {title}" for title in titles))
+    found = search.languages()
+    languages = IN_ENGLISH
+    if found - {"en"}:
+        names = [LANG_INFO.get(code, {}).get("name", code) for code in sorted(found)]
+        languages = IN_SEVERAL.format(
+            names=" and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        )
+    return SYSTEM_PROMPT.format(languages=languages, overview="\n".join(f"- {title}" for title in titles))
 
 
 def messages(system: str, earlier: Iterable[tuple[str, str]], question: str) -> list[dict[str, Any]]:

@@ -37,6 +37,8 @@ from helpcenter.importers.html import main_content, parse, to_markdown
 HTML = ("text/html", "application/xhtml+xml")
 MAX_SITEMAPS = 50
 MAX_SITEMAP_BYTES = 50_000_000  # the protocol's own limit, uncompressed
+# Links a crawl does not follow: files, not pages.
+NOT_PAGES = (".pdf", ".zip", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".mp4", ".css", ".js", ".json", ".xml")
 TITLE_SEPARATORS = (" · ", " | ", " \u2013 ", " \u2014 ", " - ")
 
 
@@ -57,11 +59,11 @@ def read(run: Run) -> Iterator[Item | Kept]:
             queue = [u for u in _sitemap_pages(fetcher, start) if robots.can_fetch(USER_AGENT, u)]
             prefix = ""
         else:
-            queue = [urldefrag(start)[0]]
+            queue = [u for u in [urldefrag(start)[0]] if robots.can_fetch(USER_AGENT, u)]
             path = urlsplit(start).path or "/"
             prefix = path[: path.rfind("/") + 1]
         queue = list(dict.fromkeys(queue))[:max_pages]
-        run.expect(len(queue) if sitemap else 0)
+        run.expect(len(queue))
         queued = set(queue)
         position = 0
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kookee-crawl") as pool:
@@ -81,6 +83,7 @@ def read(run: Run) -> Iterator[Item | Kept]:
                         if (
                             len(queue) < max_pages
                             and link not in queued
+                            and not urlsplit(link).path.lower().endswith(NOT_PAGES)
                             and fetcher.allowed(link)
                             and urlsplit(link).path.startswith(prefix)
                             and robots.can_fetch(USER_AGENT, link)
@@ -175,8 +178,14 @@ def _page(
     }
     if not title.strip() or not body.strip():
         return None
+    # A page reached at two addresses (/docs/ and /docs/index.html) is one
+    # article: the address it names as canonical, on this site, is its id.
+    canonical = page.find("link", rel="canonical", href=True)
+    address = urljoin(response.url, str(canonical["href"])) if canonical else url
+    if urlsplit(address).netloc != urlsplit(url).netloc:
+        address = url
     item = Item(
-        external_id=_id(url),
+        external_id=_id(address),
         locale=page_locale,
         title=title.strip(),
         body=body,

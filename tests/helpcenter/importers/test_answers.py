@@ -79,3 +79,17 @@ async def test_a_portuguese_visitor_is_answered_from_the_portuguese_version(impo
     answer = client.text_of(turn_id)
     assert "Reembolsos aprovados voltam para o meio de pagamento original" in answer
     assert "(em inglês)" not in answer  # it is in Portuguese
+
+
+def test_the_model_is_told_which_languages_the_articles_are_in(imported):
+    from chat.engine import prompt
+
+    told = prompt.system_prompt()
+
+    assert "The articles are in English and Portuguese: search in the visitor's language" in told
+    assert "Política de reembolso" in told
+    Article.objects.filter(locale="pt-br").update(published=False)
+    from helpcenter import index
+
+    index.forget()
+    assert prompt.IN_ENGLISH in prompt.system_prompt()

@@ -165,3 +165,25 @@ def site_file(path: str) -> str:
     from tests.helpcenter.import_servers import SITE
 
     return (SITE / path).read_text()
+
+
+def test_a_page_at_two_addresses_is_one_article_and_files_are_not_fetched(site):
+    index = site_file("docs/index.html")
+    site.pages["/docs/index.html"] = index
+    site.pages["/docs/"] = index.replace(
+        "<h2>Popular topics</h2>",
+        '<h2>Popular topics</h2><a href="/docs/index.html">home</a> <a href="/docs/guide.pdf">the PDF</a>',
+    ).replace("<head>", '<head><link rel="canonical" href="/docs/">')
+    site.pages["/docs/index.html"] = site.pages["/docs/"]
+
+    assert "4 added" in run("website", f"{site.url}/docs/")
+
+    assert "/docs/guide.pdf" not in site.paths()
+    assert Article.objects.filter(external_id="/docs/").count() == 1
+
+
+def test_a_start_page_robots_disallow_is_not_read(site):
+    site.pages["/robots.txt"] = "User-agent: *\nDisallow: /docs/\n"
+
+    assert "0 added" in run("website", f"{site.url}/docs/")
+    assert site.paths() == ["/robots.txt"]
