@@ -29,10 +29,13 @@ __all__ = [
     "Refused",
     "Run",
     "SourceError",
+    "api_pages",
     "is_url",
     "locale",
     "location_of",
+    "parse_json",
     "reader_for",
+    "saved_pages",
 ]
 
 
@@ -93,6 +96,46 @@ def reader_for(kind: str) -> Reader:
     if kind not in READERS:
         raise SourceError(f"unknown kind {kind!r}: one of {', '.join(READERS)}")
     return importlib.import_module(READERS[kind]).read  # type: ignore[no-any-return]
+
+
+def api_pages(
+    run: Run, fetcher: Any, url: str | None, following: Callable[[Any], str | None], total: str
+) -> Iterator[Any]:
+    """An API's pages, from url, each page's next one (`following`) on the
+    source's own host only; the first page's `total` is how many to expect."""
+    first = True
+    while url:
+        page = parse_json(fetcher.get(url).body, url)
+        if first and isinstance(page, dict) and isinstance(page.get(total), int):
+            run.expect(page[total])
+        first = False
+        yield page
+        url = following(page)
+        if url and not fetcher.allowed(url):
+            raise Refused("the next page is on another host: not followed")
+
+
+def saved_pages(location: str) -> list[tuple[str, Any]]:
+    """Saved answers of an API: a JSON file, or a folder of them (in name
+    order), as (file name, its JSON)."""
+    path = Path(location).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.json") if p.is_file())
+    elif path.is_file():
+        files = [path]
+    else:
+        raise SourceError(f"{path} is neither a URL, a JSON file nor a folder")
+    return [(p.name, parse_json(p.read_bytes(), p.name)) for p in files]
+
+
+def parse_json(body: bytes, where: str) -> Any:
+    try:
+        found = json.loads(body)
+    except ValueError:
+        raise SourceError(f"{where}: not JSON") from None
+    if not isinstance(found, dict | list):
+        raise SourceError(f"{where}: not a JSON object or list")
+    return found
 
 
 def locale(value: object, default: str) -> str:

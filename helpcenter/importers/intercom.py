@@ -12,14 +12,12 @@ state. `parent_id` (the collection) is kept as its section.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from helpcenter.importers import Item, Refused, Run, SourceError, is_url, locale
+from helpcenter.importers import Item, Run, SourceError, api_pages, is_url, locale, saved_pages
 from helpcenter.importers.fetch import Fetcher
 from helpcenter.importers.html import to_markdown
 from helpcenter.importers.secrets import token_for
@@ -37,22 +35,15 @@ def read(run: Run) -> Iterator[Item]:
 def _articles(run: Run) -> Iterator[dict[str, Any]]:
     location = run.source.location.strip()
     if not is_url(location):
-        yield from _saved(run, Path(location).expanduser())
+        yield from _saved(run, location)
         return
     base = location.rstrip("/")
     headers = {"Accept": "application/json", "Intercom-Version": API_VERSION}
     with Fetcher(base, token=token_for(run.source), headers=headers) as fetcher:
-        url: str | None = f"{base}/articles?per_page={PER_PAGE}"
-        first = True
-        while url:
-            page = _json(fetcher.get(url).body, url)
-            if first and isinstance(page.get("total_count"), int):
-                run.expect(page["total_count"])
-            first = False
+        url = f"{base}/articles?per_page={PER_PAGE}"
+        following = lambda page: _next(base, page.get("pages") or {}) if isinstance(page, dict) else None  # noqa: E731
+        for page in api_pages(run, fetcher, url, following, "total_count"):
             yield from _listed(page, url)
-            url = _next(base, page.get("pages") or {})
-            if url and not fetcher.allowed(url):
-                raise Refused("Intercom's next page is on another host: not followed")
 
 
 def _next(base: str, pages: dict[str, Any]) -> str | None:
@@ -69,20 +60,16 @@ def _next(base: str, pages: dict[str, Any]) -> str | None:
     return None
 
 
-def _saved(run: Run, path: Path) -> Iterator[dict[str, Any]]:
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*.json") if p.is_file())
-    elif path.is_file():
-        files = [path]
-    else:
-        raise SourceError(f"{path} is neither a URL, a JSON file nor a folder")
-    found = [article for p in files for article in _listed(_json(p.read_bytes(), p.name), p.name)]
+def _saved(run: Run, location: str) -> Iterator[dict[str, Any]]:
+    found = [article for name, page in saved_pages(location) for article in _listed(page, name)]
     run.expect(len(found))
     yield from found
 
 
 def _listed(page: Any, where: str) -> list[dict[str, Any]]:
-    articles = page if isinstance(page, list) else page.get("data", page.get("articles"))
+    articles = (
+        page if isinstance(page, list) else page.get("data", page.get("articles")) if isinstance(page, dict) else None
+    )
     if not isinstance(articles, list) or not all(isinstance(a, dict) for a in articles):
         raise SourceError(f"{where}: not an Intercom article list (no data list)")
     return articles
@@ -116,16 +103,6 @@ def _items(article: dict[str, Any], default: str) -> Iterator[Item]:
             section=section,
             updated_at=_datetime(content.get("updated_at")),
         )
-
-
-def _json(body: bytes, where: str) -> Any:
-    try:
-        found = json.loads(body)
-    except ValueError:
-        raise SourceError(f"{where}: not JSON") from None
-    if not isinstance(found, dict | list):
-        raise SourceError(f"{where}: not a JSON object or list")
-    return found
 
 
 def _datetime(value: object) -> datetime | None:

@@ -19,14 +19,12 @@ an API token (Basic), or an OAuth access token (Bearer).
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from helpcenter.importers import Item, Refused, Run, SourceError, is_url, locale
+from helpcenter.importers import Item, Run, SourceError, api_pages, is_url, locale, saved_pages
 from helpcenter.importers.fetch import Fetcher
 from helpcenter.importers.html import to_markdown
 from helpcenter.importers.secrets import token_for
@@ -56,7 +54,7 @@ def _articles(run: Run, locales: list[str]) -> Iterator[dict[str, Any]]:
     location = run.source.location.strip()
     if not is_url(location):
         # Saved pages: every locale in them, unless the source names some.
-        yield from _saved(run, Path(location).expanduser(), set(locales))
+        yield from _saved(run, location, set(locales))
         return
     base = location.rstrip("/")
     token = token_for(run.source)
@@ -65,17 +63,9 @@ def _articles(run: Run, locales: list[str]) -> Iterator[dict[str, Any]]:
         scheme, credentials = "Basic", base64.b64encode(token.encode()).decode()
     with Fetcher(base, token=credentials, scheme=scheme, headers={"Accept": "application/json"}) as fetcher:
         for wanted in locales or ["en-us"]:
-            url: str | None = f"{base}/api/v2/help_center/{quote(wanted)}/articles.json?per_page={PER_PAGE}"
-            first = True
-            while url:
-                page = _json(fetcher.get(url).body, url)
-                if first and isinstance(page.get("count"), int):
-                    run.expect(page["count"])
-                first = False
+            url = f"{base}/api/v2/help_center/{quote(wanted)}/articles.json?per_page={PER_PAGE}"
+            for page in api_pages(run, fetcher, url, _next, "count"):
                 yield from _listed(page, url)
-                url = _next(page)
-                if url and not fetcher.allowed(url):
-                    raise Refused("Zendesk's next_page is on another host: not followed")
 
 
 def _next(page: dict[str, Any]) -> str | None:
@@ -89,24 +79,17 @@ def _next(page: dict[str, Any]) -> str | None:
     return None
 
 
-def _saved(run: Run, path: Path, locales: set[str]) -> Iterator[dict[str, Any]]:
-    """Saved API answers: a file, or a folder of them (in name order)."""
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*.json") if p.is_file())
-    elif path.is_file():
-        files = [path]
-    else:
-        raise SourceError(f"{path} is neither a URL, a JSON file nor a folder")
-    pages = [_json(p.read_bytes(), p.name) for p in files]
-    run.expect(sum(len(_listed(page, "")) for page in pages))
-    for page in pages:
-        for article in _listed(page, ""):
+def _saved(run: Run, location: str, locales: set[str]) -> Iterator[dict[str, Any]]:
+    pages = [(name, _listed(page, name)) for name, page in saved_pages(location)]
+    run.expect(sum(len(articles) for _, articles in pages))
+    for _, articles in pages:
+        for article in articles:
             if not locales or locale(article.get("locale"), "") in locales:
                 yield article
 
 
-def _listed(page: dict[str, Any], where: str) -> list[dict[str, Any]]:
-    articles = page.get("articles")
+def _listed(page: Any, where: str) -> list[dict[str, Any]]:
+    articles = page.get("articles") if isinstance(page, dict) else None
     if not isinstance(articles, list) or not all(isinstance(a, dict) for a in articles):
         raise SourceError(f"{where or 'the file'}: not a Zendesk articles page (no articles list)")
     return articles
@@ -130,16 +113,6 @@ def _item(article: dict[str, Any], default: str) -> Item | None:
         section=str(article.get("section_id") or ""),
         updated_at=_datetime(article.get("updated_at")),
     )
-
-
-def _json(body: bytes, where: str) -> dict[str, Any]:
-    try:
-        found = json.loads(body)
-    except ValueError:
-        raise SourceError(f"{where}: not JSON") from None
-    if not isinstance(found, dict):
-        raise SourceError(f"{where}: not a JSON object")
-    return found
 
 
 def _list(value: object) -> list[Any]:

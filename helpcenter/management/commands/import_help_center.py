@@ -2,10 +2,11 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from helpcenter import embeddings, indexer
+from helpcenter import indexer
 from helpcenter.importers import FetchError, SourceError, location_of
 from helpcenter.importers.secrets import TokenError
 from helpcenter.importers.sync import Busy, sync
+from helpcenter.management.embedding import embed_now
 from helpcenter.models import Source
 
 
@@ -66,13 +67,7 @@ class Command(BaseCommand):
         self.stdout.write(f"{source.name}: {result} ({time.monotonic() - started:.1f} s).")
         if options["no_embed"]:
             return
-        try:
-            embedded = indexer.embed_missing()
-        except embeddings.EmbeddingError as e:
-            self.stderr.write(f"Not embedded yet ({e}): each server process's indexer will retry.")
-            return
-        if embedded:
-            self.stdout.write(f"{embedded} passage(s) embedded with {embeddings.model_name()}.")
+        embed_now(self)
 
 
 def _configure(source: Source, options: dict) -> bool:

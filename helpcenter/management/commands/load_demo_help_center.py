@@ -3,7 +3,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from helpcenter import embeddings, indexer
+from helpcenter import indexer
+from helpcenter.management.embedding import embed_now
 from helpcenter.models import Article
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "help_center.json"
@@ -28,10 +29,4 @@ class Command(BaseCommand):
         self.stdout.write(f"Demo help center: {created} article(s) added.")
         # Embedded now, so that the first visitor's search is by meaning too
         # (a server's indexer would do it in the background, on first use).
-        try:
-            embedded = indexer.embed_missing()
-        except embeddings.EmbeddingError as e:
-            self.stderr.write(f"Not embedded yet ({e}): each server process's indexer will retry.")
-            return
-        if embedded:
-            self.stdout.write(f"{embedded} passage(s) embedded with {embeddings.model_name()}.")
+        embed_now(self)

@@ -1,10 +1,11 @@
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from helpcenter import embeddings, indexer
+from helpcenter import indexer
 from helpcenter.importers import FetchError, SourceError
 from helpcenter.importers.secrets import TokenError
 from helpcenter.importers.sync import Busy, due, sync
+from helpcenter.management.embedding import embed_now
 from helpcenter.models import Source
 
 
@@ -43,12 +44,6 @@ class Command(BaseCommand):
             self.stdout.write(f"{source.name}: {result}.")
         if not sources:
             self.stdout.write("No source is due.")
-        try:
-            embedded = indexer.embed_missing()
-        except embeddings.EmbeddingError as e:
-            self.stderr.write(f"Not embedded yet ({e}): each server process's indexer will retry.")
-        else:
-            if embedded:
-                self.stdout.write(f"{embedded} passage(s) embedded with {embeddings.model_name()}.")
+        embed_now(self)
         if failed:
-            raise SystemExit(1)
+            raise CommandError(f"{failed} source(s) failed: see above")  # a non-zero exit, for cron's mail
