@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urljoin
 
 from helpcenter.importers.fetch import FetchError, Refused
 
@@ -110,7 +111,8 @@ def api_pages(
             run.expect(page[total])
         first = False
         yield page
-        url = following(page)
+        following_url = following(page)
+        url = urljoin(url, following_url) if following_url else None
         if url and not fetcher.allowed(url):
             raise Refused("the next page is on another host: not followed")
 

@@ -99,7 +99,10 @@ def check_address(host: str, port: int) -> None:
         if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
             address = address.ipv4_mapped
         if not address.is_global or address.is_multicast:
-            raise Refused(f"{host} is a private or local address ({address}): not fetched")
+            raise Refused(
+                f"{host} is a private or local address ({address}): not fetched "
+                "(KOOKEE_IMPORT_ALLOW_PRIVATE=true allows a source on this machine or its network)"
+            )
 
 
 class Fetcher:

@@ -37,7 +37,7 @@ def _articles(run: Run) -> Iterator[dict[str, Any]]:
     if not is_url(location):
         yield from _saved(run, location)
         return
-    base = location.rstrip("/")
+    base = location.rstrip("/").removesuffix("/articles")
     headers = {"Accept": "application/json", "Intercom-Version": API_VERSION}
     with Fetcher(base, token=token_for(run.source), headers=headers) as fetcher:
         url = f"{base}/articles?per_page={PER_PAGE}"

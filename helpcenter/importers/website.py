@@ -61,7 +61,9 @@ def read(run: Run) -> Iterator[Item | Kept]:
         else:
             queue = [u for u in [urldefrag(start)[0]] if robots.can_fetch(USER_AGENT, u)]
             path = urlsplit(start).path or "/"
-            prefix = path[: path.rfind("/") + 1]
+            # A folder: /docs/, or /docs (no extension); a page's folder otherwise.
+            last = path.rsplit("/", 1)[1]
+            prefix = path + "/" if last and "." not in last else path[: path.rfind("/") + 1]
         queue = list(dict.fromkeys(queue))[:max_pages]
         run.expect(len(queue))
         queued = set(queue)
@@ -85,7 +87,7 @@ def read(run: Run) -> Iterator[Item | Kept]:
                             and link not in queued
                             and not urlsplit(link).path.lower().endswith(NOT_PAGES)
                             and fetcher.allowed(link)
-                            and urlsplit(link).path.startswith(prefix)
+                            and (urlsplit(link).path + "/").startswith(prefix)
                             and robots.can_fetch(USER_AGENT, link)
                         ):
                             queued.add(link)
@@ -180,16 +182,18 @@ def _page(
         return None
     # A page reached at two addresses (/docs/ and /docs/index.html) is one
     # article: the address it names as canonical, on this site, is its id.
+    # So is a page reached through a redirect: its id is where it was found.
+    found_at = urldefrag(response.url)[0]
     canonical = page.find("link", rel="canonical", href=True)
-    address = urljoin(response.url, str(canonical["href"])) if canonical else url
+    address = urljoin(found_at, str(canonical["href"])) if canonical else found_at
     if urlsplit(address).netloc != urlsplit(url).netloc:
-        address = url
+        address = found_at
     item = Item(
         external_id=_id(address),
         locale=page_locale,
         title=title.strip(),
         body=body,
-        url=url,
+        url=found_at,
         # The versions of one page share the first of their URLs.
         translation_key=_id(min([url, *alternates])) if alternates else "",
     )

@@ -22,7 +22,7 @@ import base64
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from helpcenter.importers import Item, Run, SourceError, api_pages, is_url, locale, saved_pages
 from helpcenter.importers.fetch import Fetcher
@@ -56,16 +56,29 @@ def _articles(run: Run, locales: list[str]) -> Iterator[dict[str, Any]]:
         # Saved pages: every locale in them, unless the source names some.
         yield from _saved(run, location, set(locales))
         return
-    base = location.rstrip("/")
+    base, given = _base(location)
     token = token_for(run.source)
     scheme, credentials = "Bearer", token
     if ":" in token:  # email/token:API_TOKEN
         scheme, credentials = "Basic", base64.b64encode(token.encode()).decode()
     with Fetcher(base, token=credentials, scheme=scheme, headers={"Accept": "application/json"}) as fetcher:
-        for wanted in locales or ["en-us"]:
-            url = f"{base}/api/v2/help_center/{quote(wanted)}/articles.json?per_page={PER_PAGE}"
+        for wanted in [given] if given else locales or ["en-us"]:
+            url = wanted if given else f"{base}/api/v2/help_center/{quote(wanted)}/articles.json?per_page={PER_PAGE}"
             for page in api_pages(run, fetcher, url, _next, "count"):
                 yield from _listed(page, url)
+
+
+def _base(location: str) -> tuple[str, str]:
+    """The help center's base URL, and the articles endpoint when LOCATION
+    is one already. A help center's page (…/hc/en-us/...) gives its base; a
+    path before /api/ or /hc/ (a proxy's prefix) is kept."""
+    location = location.rstrip("/")
+    path = urlsplit(location).path
+    if "/api/v2/help_center" in path:
+        return location.split("/api/v2/help_center", 1)[0], location
+    if "/hc/" in path + "/":
+        return location.split("/hc", 1)[0], ""
+    return location, ""
 
 
 def _next(page: dict[str, Any]) -> str | None:
@@ -89,7 +102,8 @@ def _saved(run: Run, location: str, locales: set[str]) -> Iterator[dict[str, Any
 
 
 def _listed(page: Any, where: str) -> list[dict[str, Any]]:
-    articles = page.get("articles") if isinstance(page, dict) else None
+    # An API page, or a plain list of its articles (what some exports save).
+    articles = page.get("articles") if isinstance(page, dict) else page
     if not isinstance(articles, list) or not all(isinstance(a, dict) for a in articles):
         raise SourceError(f"{where or 'the file'}: not a Zendesk articles page (no articles list)")
     return articles

@@ -217,6 +217,8 @@ class SiteServer(Server):
             return Answer(302, b"", {"Location": self.redirects[path]})
         if path in self.gone:
             return Answer(404, b"Not found", {"Content-Type": "text/html"})
+        if not path.endswith("/") and (SITE / path.lstrip("/")).is_dir():
+            return Answer(301, b"", {"Location": path + "/"})  # as a static server sends a folder
         text = self.pages.get(path)
         if text is None:
             file = SITE / (path.lstrip("/") + ("index.html" if path.endswith("/") else ""))

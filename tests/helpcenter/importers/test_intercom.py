@@ -138,3 +138,10 @@ def test_every_shape_of_intercoms_next_page(pages, following):
     from helpcenter.importers.intercom import _next
 
     assert _next("https://api.intercom.io", pages) == following
+
+
+def test_the_articles_endpoint_itself_works_as_the_location(intercom):
+    source = Source.objects.create(
+        kind="intercom", name="I", location=intercom.url + "/articles", token_encrypted=secrets.encrypt("ic-token")
+    )
+    assert sync(source).added == 6

@@ -187,3 +187,14 @@ def test_a_start_page_robots_disallow_is_not_read(site):
 
     assert "0 added" in run("website", f"{site.url}/docs/")
     assert site.paths() == ["/robots.txt"]
+
+
+def test_a_start_url_without_its_slash_is_its_folder(site):
+    assert "4 added" in run("website", f"{site.url}/docs")
+    assert "/blog/" not in site.paths()
+
+
+def test_the_refusal_says_how_to_allow_a_source_on_this_machine(settings):
+    settings.KOOKEE_IMPORT_ALLOW_PRIVATE = False
+    with Fetcher("http://127.0.0.1:9/") as fetcher, pytest.raises(Refused, match="KOOKEE_IMPORT_ALLOW_PRIVATE=true"):
+        fetcher.get("http://127.0.0.1:9/")

@@ -206,3 +206,34 @@ def test_the_token_never_reaches_a_log_line_or_an_error(zendesk, monkeypatch, ca
     assert "s3cr3t-value" not in str(raised.value)
     assert "s3cr3t-value" not in caplog.text
     assert "s3cr3t-value" not in Source.objects.get().last_error
+
+
+@pytest.mark.parametrize(
+    "location",
+    [
+        "{url}/hc/en-us",  # the help center's own page, pasted
+        "{url}/api/v2/help_center/en-us/articles.json",  # the endpoint itself
+    ],
+)
+def test_a_help_center_page_or_the_endpoint_itself_works_as_the_location(zendesk, location):
+    assert "23 added" in run("zendesk", location.format(url=zendesk.url))
+
+
+def test_a_relative_next_page_is_followed(zendesk, monkeypatch):
+    original = zendesk.answer
+
+    def relative(*args):
+        answer = original(*args)
+        page = json.loads(answer.body)
+        if page["next_page"]:
+            page["next_page"] = page["next_page"].replace(zendesk.url, "")
+        answer.body = json.dumps(page).encode()
+        return answer
+
+    monkeypatch.setattr(zendesk, "answer", relative)
+    assert "23 added" in run("zendesk", zendesk.url)
+
+
+def test_a_saved_plain_list_of_articles_imports(tmp_path):
+    (tmp_path / "articles.json").write_text((ZENDESK / "articles.en-us.json").read_text())
+    assert "23 added" in run("zendesk", tmp_path / "articles.json")
