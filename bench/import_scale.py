@@ -167,8 +167,9 @@ def section(results: dict, charts: Path) -> str:
             f" | {r['one_percent_embedding_requests']} |",
             "",
             f"The goal, under 2 minutes, holds. The source's page showed the progress as it went: {progress}."
-            " Most of a sync is turning HTML into Markdown (about 3 ms an article), which a sync does again to"
-            " compare; only changed sections are embedded again.",
+            " A sync compares each article by its source's own text (its HTML): only new and changed ones are"
+            " turned into Markdown (about 3 ms an article, most of a first import's time), and only their changed"
+            " sections are embedded again.",
         ]
     )
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urljoin
 
+from helpcenter.importers import html as html_converter
 from helpcenter.importers.fetch import FetchError, Refused
 
 __all__ = [
@@ -49,20 +50,27 @@ class Item:
     external_id: str
     locale: str
     title: str
-    body: str  # Markdown
+    body: str  # Markdown; or, from an API that gives HTML, "" and:
     published: bool = True
     url: str = ""  # the article at the source
     slug: str = ""  # wanted, when the source names one
     translation_key: str = ""  # shared by the article's versions in other languages
     section: str = ""
     updated_at: datetime | None = None
+    html: str = ""  # converted only when the article is new or changed (a sync compares the source's own text)
+    base_url: str = ""  # what the HTML's relative links are relative to
 
     @property
     def digest(self) -> str:
         """The source's content: a sync rewrites an article only when it changes."""
         fields = asdict(self)
         fields["updated_at"] = None  # a touch at the source that changes nothing is not a change
+        fields["converter"] = html_converter.VERSION  # a better conversion applies to every article
         return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+    @property
+    def markdown(self) -> str:
+        return html_converter.to_markdown(self.html, self.base_url) if self.html else self.body
 
 
 @dataclass(frozen=True)

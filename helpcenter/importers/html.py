@@ -18,6 +18,9 @@ from urllib.parse import urljoin
 from bs4 import BeautifulSoup, Tag
 from markdownify import MarkdownConverter
 
+# Part of every imported article's digest: a change here that changes the
+# Markdown should bump it, so that the next sync converts every article again.
+VERSION = 1
 DROPPED = [
     "script",
     "style",

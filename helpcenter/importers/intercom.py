@@ -19,7 +19,6 @@ from urllib.parse import urlencode
 
 from helpcenter.importers import Item, Run, SourceError, api_pages, is_url, locale, saved_pages
 from helpcenter.importers.fetch import Fetcher
-from helpcenter.importers.html import to_markdown
 from helpcenter.importers.secrets import token_for
 
 PER_PAGE = 50
@@ -96,7 +95,9 @@ def _items(article: dict[str, Any], default: str) -> Iterator[Item]:
             external_id=key,
             locale=found_locale,
             title=title,
-            body=to_markdown(str(content.get("body") or ""), base_url=url),
+            body="",
+            html=str(content.get("body") or ""),
+            base_url=url,
             published=content.get("state", "published") == "published",
             url=url if url.startswith(("http://", "https://")) else "",
             translation_key=key,

@@ -191,7 +191,7 @@ class _Sync:
 
     def _fill(self, article: Article, item: Item) -> None:
         article.title = item.title[:200]
-        article.body = item.body
+        article.body = item.markdown
         article.published = item.published
         article.translation_key = item.translation_key[:500]
         article.source_url = item.url[:1000]

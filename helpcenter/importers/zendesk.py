@@ -26,7 +26,6 @@ from urllib.parse import quote, urlsplit
 
 from helpcenter.importers import Item, Run, SourceError, api_pages, is_url, locale, saved_pages
 from helpcenter.importers.fetch import Fetcher
-from helpcenter.importers.html import to_markdown
 from helpcenter.importers.secrets import token_for
 
 PER_PAGE = 100
@@ -120,7 +119,9 @@ def _item(article: dict[str, Any], default: str) -> Item | None:
         external_id=str(article["id"]),
         locale=locale(article.get("locale"), default),
         title=title,
-        body=to_markdown(str(article.get("body") or ""), base_url=url),
+        body="",
+        html=str(article.get("body") or ""),
+        base_url=url,
         published=not article.get("draft", False),
         url=url if url.startswith(("http://", "https://")) else "",
         translation_key=str(article["id"]),
