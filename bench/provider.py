@@ -20,22 +20,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import django
 import orjson
 
+# The offline model reads the help center's search (helpcenter/search.py),
+# which needs the project's settings: the process sets Django up first.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kookee.settings")
+os.environ.setdefault("DJANGO_DEBUG", "true")
+django.setup()
 try:
     from chat.engine import offline
-except ImportError:  # run as a script: the project root is the parent
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    try:
-        from chat.engine import offline
-    except ImportError:  # an earlier commit, before chat had rooms (bench/before.sh)
-        from chat import offline
+except ImportError:  # an earlier commit, before chat had rooms (bench/before.sh)
+    from chat import offline
 
 
 class Options:
