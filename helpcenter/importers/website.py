@@ -151,7 +151,8 @@ def _page(
     if response is None or response.status in (404, 410):
         return None  # gone: its article is unpublished
     if response.status == 304 and before:
-        return Kept(_id(url)), before
+        # The article's own id, which a redirect or a canonical link may have made another than the URL's.
+        return Kept(before.get("id") or _id(url)), before
     if response.status == 304 or response.headers.get("content-type", "text/html").split(";")[0].strip() not in HTML:
         return None
     page = parse(response.text())
@@ -188,6 +189,7 @@ def _page(
     address = urljoin(found_at, str(canonical["href"])) if canonical else found_at
     if urlsplit(address).netloc != urlsplit(url).netloc:
         address = found_at
+    remembered["id"] = _id(address)
     item = Item(
         external_id=_id(address),
         locale=page_locale,

@@ -198,3 +198,17 @@ def test_the_refusal_says_how_to_allow_a_source_on_this_machine(settings):
     settings.KOOKEE_IMPORT_ALLOW_PRIVATE = False
     with Fetcher("http://127.0.0.1:9/") as fetcher, pytest.raises(Refused, match="KOOKEE_IMPORT_ALLOW_PRIVATE=true"):
         fetcher.get("http://127.0.0.1:9/")
+
+
+def test_a_rerun_through_a_redirect_or_a_canonical_address_keeps_its_articles(site):
+    # The guide names another address as its own, which nothing links to.
+    site.pages["/docs/getting-started.html"] = site_file("docs/getting-started.html").replace(
+        "<head>", '<head><link rel="canonical" href="/docs/start/">'
+    )
+    run("website", f"{site.url}/docs")  # redirected to /docs/
+    assert Article.objects.filter(external_id="/docs/start/").exists()
+
+    out = run("website", f"{site.url}/docs")  # every page answers 304
+
+    assert "0 added, 0 updated, 4 unchanged, 0 unpublished" in out
+    assert Article.objects.filter(published=True).count() == 4
