@@ -8,7 +8,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from base.admin import ModelAdmin
-from helpcenter.importers import SourceError, location_of, reader_for, secrets
+from helpcenter.importers import SourceError, check_settings, location_of, reader_for, secrets
 from helpcenter.importers.sync import Busy, sync_in_background
 from helpcenter.models import Article, Source
 
@@ -133,8 +133,11 @@ class SourceForm(forms.ModelForm):
                 cleaned["location"] = location_of(kind, location)
             except SourceError as e:
                 self.add_error("location", str(e))
-        if not isinstance(cleaned.get("settings") or {}, dict):
-            self.add_error("settings", _("A JSON object, such as {}."))
+        if "settings" in cleaned:
+            try:
+                check_settings(cleaned["settings"])
+            except SourceError as e:
+                self.add_error("settings", str(e))
         return cleaned
 
     def save(self, commit=True):

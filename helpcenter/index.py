@@ -45,6 +45,7 @@ class Snapshot:
     dense: Dense | None = None
     missing: int = 0  # passages with no vector under the model
     languages: dict[int, str] = dataclass_field(default_factory=dict)  # by article id: en, pt...
+    in_languages: frozenset[str] = frozenset()  # all of them, for each turn's system prompt
     # An imported article's published versions in every language, by the id of each.
     versions: dict[int, tuple[int, ...]] = dataclass_field(default_factory=dict)
 
@@ -115,7 +116,8 @@ def _build(stamp: tuple) -> Snapshot:
         split,
         dense,
         missing,
-        {a.id: language_of(a.locale) for a in articles},
+        (by_language := {a.id: language_of(a.locale) for a in articles}),
+        frozenset(by_language.values()),
         versions,
     )
 

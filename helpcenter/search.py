@@ -309,7 +309,7 @@ def sweep() -> None:
 
 def languages() -> set[str]:
     """The languages the published articles are in (en, pt...)."""
-    return set(index.current_sync().languages.values())
+    return set(index.current_sync().in_languages)
 
 
 def titles() -> list[str]:

@@ -40,9 +40,8 @@ def system_prompt() -> str:
     languages = IN_ENGLISH
     if found - {"en"}:
         names = [LANG_INFO.get(code, {}).get("name", code) for code in sorted(found)]
-        languages = IN_SEVERAL.format(
-            names=" and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
-        )
+        listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+        languages = IN_SEVERAL.format(names=listed)
     return SYSTEM_PROMPT.format(languages=languages, overview="\n".join(f"- {title}" for title in titles))
 
 

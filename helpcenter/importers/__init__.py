@@ -32,6 +32,7 @@ __all__ = [
     "Run",
     "SourceError",
     "api_pages",
+    "check_settings",
     "is_url",
     "locale",
     "location_of",
@@ -146,6 +147,32 @@ def parse_json(body: bytes, where: str) -> Any:
     if not isinstance(found, dict | list):
         raise SourceError(f"{where}: not a JSON object or list")
     return found
+
+
+# A source's settings (docs/operations.md), and what each may be.
+SETTINGS: dict[str, tuple[type, ...]] = {
+    "locale": (str,),
+    "locales": (list, str),
+    "sections": (list, str, int),
+    "include_restricted": (bool,),
+    "max_pages": (int,),
+    "concurrency": (int,),
+}
+
+
+def check_settings(settings: object) -> None:
+    """Raises SourceError for settings a reader would trip on (a typo, a
+    number as text), naming the setting."""
+    if not isinstance(settings, dict):
+        raise SourceError("the settings are a JSON object, such as {}")
+    for key, value in settings.items():
+        if key not in SETTINGS:
+            raise SourceError(f"unknown setting {key!r}: one of {', '.join(SETTINGS)}")
+        allowed = SETTINGS[key]
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise SourceError(f"the setting {key!r} must be {' or '.join(t.__name__ for t in allowed)}")
+        if allowed == (int,) and value < 1:
+            raise SourceError(f"the setting {key!r} must be at least 1")
 
 
 def locale(value: object, default: str) -> str:

@@ -31,7 +31,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from helpcenter import index, indexer
-from helpcenter.importers import Item, Kept, Run, reader_for
+from helpcenter.importers import Item, Kept, Run, check_settings, reader_for
 from helpcenter.models import Article, Source, language_of
 
 logger = logging.getLogger("kookee.helpcenter")
@@ -151,6 +151,7 @@ class _Sync:
         self.updates: list[Article] = []
 
     def run(self) -> tuple[Result, dict]:
+        check_settings(self.source.settings)
         run = Run(self.source, expect=self._expect, state={})
         for got in reader_for(self.source.kind)(run):
             if isinstance(got, Kept):

@@ -166,3 +166,68 @@ def test_unanswered_questions_link_to_a_new_article_with_the_question(client, dj
     assert f'href="{link}"' in page
     form = client.get(link).content.decode()
     assert 'value="Can I pay with PIX?"' in form
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("role", ["Support", "Finance"])
+def test_sources_are_the_superusers_and_no_lookup_reaches_a_token(client, django_user_model, role):
+    ensure_roles()
+    user = django_user_model.objects.create_user(username="staff", password="pw", is_staff=True)
+    user.groups.add(Group.objects.get(name=role))
+    client.force_login(user)
+    source = Source.objects.create(kind="zendesk", name="Acme", location="https://acme.zendesk.com")
+
+    for url in (
+        reverse("admin:helpcenter_source_changelist"),
+        reverse("admin:helpcenter_source_add"),
+        reverse("admin:helpcenter_source_change", args=[source.pk]),
+    ):
+        assert client.get(url).status_code == 403, url
+    assert (
+        client.post(
+            reverse("admin:helpcenter_source_changelist"), {"action": "sync_now", "_selected_action": [source.pk]}
+        ).status_code
+        == 403
+    )
+    articles = reverse("admin:helpcenter_article_changelist")
+    expected = 200 if role == "Support" else 403
+    assert client.get(articles + f"?source__id__exact={source.pk}").status_code == expected
+    # A lookup through the source to its token, or its state, is refused whole.
+    for probe in ("source__token_encrypted__startswith=g", "source__state__icontains=etag", "source__token_env=X"):
+        assert client.get(f"{articles}?{probe}").status_code in (400, 403), probe
+    assert Source.objects.get().running_since is None  # no sync was started
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ("[]", "the settings are a JSON object"),
+        ('{"max_page": 10}', "unknown setting &#x27;max_page&#x27;"),
+        ('{"max_pages": "10"}', "the setting &#x27;max_pages&#x27; must be int"),
+        ('{"concurrency": 0}', "the setting &#x27;concurrency&#x27; must be at least 1"),
+        ('{"include_restricted": "yes"}', "the setting &#x27;include_restricted&#x27; must be bool"),
+        ('{"max_pages": true}', "the setting &#x27;max_pages&#x27; must be int"),
+    ],
+)
+def test_bad_settings_are_a_clear_error_that_saves_nothing(admin_client, given, error):
+    response = admin_client.post(
+        reverse("admin:helpcenter_source_add"),
+        {"name": "Site", "kind": "website", "location": "https://acme.example/docs/", "settings": given},
+    )
+
+    assert response.status_code == 200
+    assert error in response.content.decode()
+    assert not Source.objects.exists()
+
+
+@pytest.mark.django_db
+def test_bad_settings_stored_anyway_fail_the_sync_clearly(tmp_path):
+    from helpcenter.importers import SourceError
+
+    source = Source.objects.create(kind="markdown", name="Docs", location=str(tmp_path), settings={"max_pages": "x"})
+
+    with pytest.raises(SourceError, match="must be int"):
+        sync(source)
+    source.refresh_from_db()
+    assert "must be int" in source.last_error and source.running_since is None

@@ -10,6 +10,7 @@ from django.core.management import call_command
 from helpcenter import search
 from helpcenter.models import Article
 from tests.chat.chat_client import ChatClient
+from tests.chat.test_offline import offline_model  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,14 +21,6 @@ def imported(zendesk):
         "import_help_center", "zendesk", zendesk.url, "--locale", "en-us,pt-br", "--no-embed", stdout=io.StringIO()
     )
     return {a.title: a for a in Article.objects.all()}
-
-
-@pytest.fixture
-def offline_model(settings):
-    settings.OPENAI_API_KEY = ""
-    settings.OPENAI_BASE_URL = ""
-    settings.KOOKEE_OFFLINE_TOKENS_PER_SECOND = 5000
-    settings.KOOKEE_OFFLINE_FIRST_TOKEN_MS = 0
 
 
 def test_a_search_shows_one_version_of_an_article_in_the_visitors_language(imported):
@@ -50,7 +43,8 @@ def test_an_article_without_the_visitors_language_is_found_in_the_other(imported
     assert found["articles"][0]["title"] == "Installing the feedback widget on your website"
 
 
-async def test_a_visitor_is_answered_from_the_imported_article_with_its_section_link(imported, offline_model):
+@pytest.mark.usefixtures("offline_model")
+async def test_a_visitor_is_answered_from_the_imported_article_with_its_section_link(imported):
     refunds = imported["Refund policy"]
     client = await ChatClient.connect(language="en-US,en;q=0.9")
     try:
@@ -66,7 +60,8 @@ async def test_a_visitor_is_answered_from_the_imported_article_with_its_section_
     assert [s["url"] for s in ended["sources"]] == [f"/help/{refunds.slug}/#how-to-request-a-refund"]
 
 
-async def test_a_portuguese_visitor_is_answered_from_the_portuguese_version(imported, offline_model):
+@pytest.mark.usefixtures("offline_model")
+async def test_a_portuguese_visitor_is_answered_from_the_portuguese_version(imported):
     reembolso = imported["Política de reembolso"]
     client = await ChatClient.connect(language="pt-BR,pt;q=0.9")
     try:
@@ -93,3 +88,10 @@ def test_the_model_is_told_which_languages_the_articles_are_in(imported):
 
     index.forget()
     assert prompt.IN_ENGLISH in prompt.system_prompt()
+
+
+async def test_a_language_that_is_not_text_is_a_bad_tool_call():
+    from chat.engine import tools
+
+    with pytest.raises(ValueError, match="language must be a string"):
+        await tools.SEARCH_HELP_CENTER.run(query="refunds", language=["pt"])
