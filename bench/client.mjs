@@ -26,7 +26,9 @@ const results = {
   errors: {},
   stops: [],
   openSockets: 0,
+  refused: 0, // sockets a saturated server refused (4503): retried as the page does
 };
+const BUSY = 4503;
 
 function error(kind) {
   results.errors[kind] = (results.errors[kind] || 0) + 1;
@@ -78,25 +80,29 @@ function inbox(socket) {
         });
 }
 
+async function connect(address, forwardedFor) {
+  const cookie = await session(address, forwardedFor);
+  const socket = await open(address, cookie, forwardedFor);
+  return [socket, inbox(socket)];
+}
+
 async function visitor(number) {
   const address = config.addresses[number % config.addresses.length];
   const forwardedFor = `10.${(number >> 16) & 255}.${(number >> 8) & 255}.${number & 255}`;
   await sleep((config.rampSeconds * 1000 * number) / config.visitors);
   let socket, next;
   try {
-    const cookie = await session(address, forwardedFor);
-    socket = await open(address, cookie, forwardedFor);
-    next = inbox(socket);
+    [socket, next] = await connect(address, forwardedFor);
   } catch (e) {
     error(`connect: ${e.message}`);
     return;
   }
   results.openSockets++;
   let asked = 0;
+  let refusals = 0;
   while (performance.now() < windowEnd) {
     const question = config.questions[(number + asked) % config.questions.length];
     const marker = `k${number}x${asked}`;
-    asked++;
     const sentAt = performance.now();
     const counted = sentAt >= windowStart && sentAt < windowEnd;
     const stopAfter = Math.random() < config.stopFraction ? 2 + Math.floor(Math.random() * 6) : 0;
@@ -108,7 +114,17 @@ async function visitor(number) {
     try {
       for (;;) {
         const item = await next();
+        if (item.closed === BUSY) {
+          // Saturated: back off as the page does (2 s doubling to 30 s, jittered), then ask again.
+          results.refused++;
+          results.openSockets--;
+          await sleep(Math.min(30000, 2000 * 2 ** refusals++) * (0.75 + Math.random() / 2));
+          [socket, next] = await connect(address, forwardedFor);
+          results.openSockets++;
+          break;
+        }
         if (item.closed !== undefined) throw new Error(`closed ${item.closed}`);
+        refusals = 0;
         const frame = item.frame;
         frames++;
         if (frame.type === "error") throw new Error(`error frame ${frame.code}`);
@@ -121,6 +137,7 @@ async function visitor(number) {
             socket.send(JSON.stringify({ type: "stop" }));
           }
         } else if (frame.type === "turn.ended") {
+          asked++;
           if (counted) {
             results.turns++;
             results[frame.status === "interrupted" ? "stopped" : "completed"]++;

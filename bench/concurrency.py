@@ -74,6 +74,9 @@ def measure(
                 str(int(seconds)),
                 "-f",
                 "raw",
+                # Only the thread holding the interpreter's lock: where the CPU
+                # goes, not which threads wait for it.
+                "--gil",
                 "-o",
                 profile,
             ]
@@ -106,6 +109,7 @@ def measure(
         "turns": result["turns"],
         "stopped": result["stopped"],
         "errors": sum(result["errors"].values()),
+        "refused": result.get("refused", 0),
         "error_kinds": result["errors"],
         "first_delta_p50_ms": _round(percentile(first, 0.5)),
         "first_delta_p99_ms": _round(percentile(first, 0.99)),
@@ -188,7 +192,8 @@ def _line(row: dict[str, Any]) -> str:
         f" first delta p50/p99 {row['first_delta_p50_ms']}/{row['first_delta_p99_ms']} ms,"
         f" server CPU {row['server_cpu_percent']}%, {row['cpu_us_per_char']} us/char,"
         f" {row['cpu_ms_per_turn']} ms/turn, client CPU {row['client_cpu_percent']}%,"
-        f" {row['kb_per_connection']} KB/conn, errors {row['errors']} {row['error_kinds'] or ''}{stop}"
+        f" {row['kb_per_connection']} KB/conn, errors {row['errors']} {row['error_kinds'] or ''},"
+        f" refused {row.get('refused', 0)}{stop}"
     )
 
 

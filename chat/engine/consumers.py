@@ -23,8 +23,8 @@ from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 
 from chat import errors
-from chat.engine import backpressure, fastjson, history, hub, lifecycle, records, tools, turns
-from chat.support import feedback, handoffs, replies
+from chat.engine import backpressure, capacity, fastjson, history, hub, lifecycle, records, tools, turns
+from chat.support import feedback, handoffs
 from chat.text import storable
 from chat.visitors import access, embed, limits
 from chat.visitors import identity as visitors
@@ -45,6 +45,7 @@ CLOSE_TOO_MANY = 4429  # too many sockets for this visitor or network
 # Too many frames. (Not 1008, "policy violation": daphne's WebSocket library
 # lets an application close only with 1000 or 3000-4999.)
 CLOSE_FLOOD = 4008
+CLOSE_BUSY = 4503  # this process is saturated: try again shortly (chat/engine/capacity.py)
 
 
 class ChatConsumer(AsyncWebsocketConsumer):
@@ -108,6 +109,11 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.language = _language(self.scope)
+        if capacity.saturated():
+            # Before any database work: a refusal must cost next to nothing.
+            await self.accept()
+            await self.close(code=CLOSE_BUSY, reason="Busy: try again shortly.")
+            return
         try:
             identity = await database_sync_to_async(_identify)(self.scope)
         except access.Refused:
@@ -175,7 +181,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         elif self._turn_running():
             await self._busy()
         else:
-            await self._message(frame["text"])
+            await self._start_turn(frame["text"])
 
     async def _send_history(self, before: int | None) -> None:
         try:
@@ -219,18 +225,6 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._error(Code.SERVER_ERROR)
             return
         await self.send_json({"type": "handoff.saved", **handoff})
-
-    async def _message(self, text: str) -> None:
-        """The visitor's message: to the person who has their conversation,
-        if someone does; else the assistant's turn."""
-        try:
-            if await replies.to_person(self.visitor.hash, self.conversation_id, text):
-                return  # every tab, this one too, got it as visitor.message
-        except Exception:
-            logger.exception("could not take a message for a person")
-            await self._error(Code.SERVER_ERROR)
-            return
-        await self._start_turn(text)
 
     async def _start_turn(self, text: str) -> None:
         try:

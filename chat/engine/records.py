@@ -20,9 +20,9 @@ from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat.engine import frames, prompt
 from chat.engine.rounds import Ratios, Round, prompt_tokens
-from chat.models import Generation, ToolCall, Turn
+from chat.models import Generation, Message, ToolCall, Turn
 from chat.sources import search_results, used_articles
-from chat.support import searches
+from chat.support import replies, searches
 from chat.text import storable
 from chat.visitors import access, limits
 from chat.visitors.identity import Visitor
@@ -53,13 +53,17 @@ def start_turn(
     owner: str = "",
     replacing: int | None = None,
     tool_chars: int = 0,
-) -> Started:
+) -> Started | Message:
     """Creates the turn (and, at the visitor's first message, their
     conversation). `owner` is the channel of the process
     that runs it. `replacing`: a full conversation, which the turn starts
     a new one after (see access.conversation_for). The turn holds its first
     round's worst case in the daily budgets (its prompt, estimated with
     the tool definitions' `tool_chars`, and the most it may write).
+
+    When a person has the conversation (the visitor asked for one, and
+    Support claimed it), the text is a message to them instead: stored, and
+    returned, starting no turn (announce it: replies.announce).
 
     Raises, creating nothing: Busy when a turn of the conversation runs
     already, in any process; LimitReached when the visitor is over a limit;
@@ -92,8 +96,12 @@ def _start_turn(
     replacing: int | None,
     tool_chars: int,
     system: str,
-) -> Started:
+) -> Started | Message:
     conversation = access.conversation_for(visitor, conversation_id, replacing)
+    if conversation.id == conversation_id:
+        message = replies.to_person(visitor.hash, conversation.id, user_text)
+        if message is not None:
+            return message
     check_turn_allowed(visitor, conversation.id)
     earlier = list(
         conversation.turns.order_by("-started_at", "-id").values_list("user_text", "assistant_text")[

@@ -11,20 +11,22 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 
 from billing import calibration
 from chat import errors
-from chat.engine import checkpointer, frames, hub, provider, records, tools
+from chat.engine import bookkeeping, checkpointer, frames, hub, provider, records, tools
 from chat.engine.hub import Broadcast
 from chat.engine.rounds import EndTurn, Outcome, Ratios, Round, RoundLoop, spec_chars
 from chat.engine.tools import TOOLS
+from chat.models import Message
 from chat.ops import metrics, tracing
 from chat.sources import search_results, used_articles
+from chat.support import replies
 from chat.vocabulary import PROVIDER_FAULTS, Code, Status, StopReason
 
 logger = logging.getLogger("kookee.turns")
+
 
 # The tool definitions' part of every prompt, for the budgets' estimates.
 TOOL_CHARS = spec_chars(TOOLS)
@@ -75,7 +77,9 @@ class _Turn:
         # the turn here.
         spent = sum(r.usage.input_tokens + r.usage.output_tokens for r in self.loop.rounds)
         hold = spent + next_prompt_tokens + settings.KOOKEE_MAX_OUTPUT_TOKENS
-        self.budget, refused = await database_sync_to_async(records.end_round)(self.turn_id, rnd, self.budget, hold)
+        self.budget, refused = await bookkeeping.run(
+            bookkeeping.SOON, records.end_round, self.turn_id, rnd, self.budget, hold
+        )
         if refused:
             raise EndTurn(refused)
 
@@ -102,6 +106,8 @@ async def start(visitor: Any, conversation_id: int | None, text: str, replacing:
     message) in this process: stores it, and runs it in its own task, which
     every tab of the visitor follows. Returns the conversation's id.
     `replacing`: a full conversation that this turn begins a new one after.
+    When a person has the conversation, the text goes to them instead
+    (chat/support/replies.py), and no turn starts.
 
     Raises records.Busy, access.Refused, LimitReached or ShuttingDown,
     starting nothing.
@@ -110,9 +116,21 @@ async def start(visitor: Any, conversation_id: int | None, text: str, replacing:
     if the_hub.closing:
         raise ShuttingDown
     owner = await the_hub.start()
-    started = await database_sync_to_async(records.start_turn)(
-        visitor, conversation_id, text, provider.model_name(), owner, replacing, TOOL_CHARS
+    # Ahead of other turns' bookkeeping: the first character waits for it.
+    started = await bookkeeping.run(
+        bookkeeping.URGENT,
+        records.start_turn,
+        visitor,
+        conversation_id,
+        text,
+        provider.model_name(),
+        owner,
+        replacing,
+        TOOL_CHARS,
     )
+    if isinstance(started, Message):
+        await replies.announce(started)
+        return started.conversation_id
     broadcast = await the_hub.own(started.turn_id, visitor.hash)
     broadcast.task = asyncio.create_task(run_turn(broadcast, started.messages, started.budget))
     # Let the task enter its try/finally before any stop can cancel it: a
@@ -160,7 +178,9 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
     # A turn cancelled by nobody's Stop was cut short by the process ending.
     reason = (turn.broadcast.stop_reason or StopReason.SHUTDOWN) if outcome.status == Status.INTERRUPTED else ""
     try:
-        usage = await database_sync_to_async(records.finish_turn)(
+        usage = await bookkeeping.run(
+            bookkeeping.LATER,
+            records.finish_turn,
             turn.turn_id,
             status=outcome.status,
             text=loop.text,

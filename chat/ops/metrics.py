@@ -134,6 +134,11 @@ class _Metrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+        self.saturated = Counter(
+            "kookee_saturated_refusals",
+            "Sockets refused because the process was saturated (close code 4503).",
+            registry=registry,
+        )
         self.stop_latency = Histogram(
             "kookee_stop_latency_seconds",
             "From a Stop to the provider request closed.",
@@ -192,6 +197,10 @@ def first_delta(seconds: float) -> None:
 
 def stop_latency(seconds: float) -> None:
     _metrics.stop_latency.observe(max(0.0, seconds))
+
+
+def refused_saturated() -> None:
+    _metrics.saturated.inc()
 
 
 def provider_error(code: str) -> None:

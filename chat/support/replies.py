@@ -156,22 +156,11 @@ def moved(handoff_ids: list[int]) -> None:
 # --- the visitor writes --------------------------------------------------------------------------
 
 
-async def to_person(visitor: str, conversation_id: int | None, text: str) -> Message | None:
-    """The visitor's message, when a person has their conversation: stored,
-    shown in all their tabs and on the request's page, sent to the helpdesk;
-    None when nobody has it (the assistant answers)."""
-    if conversation_id is None:
-        return None
-    message = await database_sync_to_async(_to_person)(visitor, conversation_id, text)
-    if message is None:
-        return None
-    await tell_async(message.conversation.visitor_hash, visitor_frame(message))
-    if settings.KOOKEE_HANDOFF_WEBHOOK:
-        handoffs.spawn(_forward(message.id))
-    return message
-
-
-def _to_person(visitor: str, conversation_id: int, text: str) -> Message | None:
+def to_person(visitor: str, conversation_id: int, text: str) -> Message | None:
+    """The visitor's message, stored as theirs to the person who has their
+    conversation, if someone does (then `announce` it); None when nobody
+    has it (the assistant answers). In the transaction that starts a turn
+    otherwise (chat/engine/records.py): one trip to the database for either."""
     handoff = (
         Handoff.objects.filter(
             conversation_id=conversation_id, conversation__visitor_hash=visitor, status=Handoff.Status.CLAIMED
@@ -190,6 +179,14 @@ def _to_person(visitor: str, conversation_id: int, text: str) -> Message | None:
     )
     Conversation.objects.filter(pk=conversation_id).update(updated_at=timezone.now())
     return message
+
+
+async def announce(message: Message) -> None:
+    """A visitor's message to a person, stored: shown in all their tabs and
+    on the request's page, sent to the helpdesk."""
+    await tell_async(message.conversation.visitor_hash, visitor_frame(message))
+    if settings.KOOKEE_HANDOFF_WEBHOOK:
+        handoffs.spawn(_forward(message.id))
 
 
 async def _forward(message_id: int) -> None:

@@ -62,6 +62,7 @@ const timeFormat = new Intl.DateTimeFormat(document.documentElement.lang || unde
 const STILL_WRITING = gettext("This answer was still being written when we last heard from the server. Checking again…");
 const MAX_BACKOFF_MS = 10000;
 const TOO_MANY_BACKOFF_MS = [30000, 300000]; // first and longest wait after a 4429
+const BUSY_BACKOFF_MS = [2000, 30000]; // first and longest wait after a 4503
 const WAKE_GAP_MS = 3000; // at most one reconnection on activity this often
 const STILL_STREAMING_RECHECK_MS = 2000;
 const TOO_MANY = gettext("Too many chat windows are open. Close one, or come back to this one later.");
@@ -72,6 +73,7 @@ const REFUSED = 4401; // this visitor's key is no good (expired, revoked, or the
 const IDLE = 4408; // closed for idleness: come back when the visitor does
 const CROWDED = 4429; // too many sockets for this visitor or network
 const FLOOD = 4008; // too many frames (daphne cannot send 1008, "policy violation", which means the same)
+const BUSY = 4503; // the server is saturated: try again shortly (behind a balancer, maybe another process)
 
 let socket = null;
 let ready = false; // the socket is open and has answered its first history: frames can go
@@ -917,6 +919,8 @@ function closed(code) {
   } else if (code === CROWDED) {
     dormant = true;
     reconnect(TOO_MANY, ...TOO_MANY_BACKOFF_MS);
+  } else if (code === BUSY) {
+    reconnect(gettext("The assistant is very busy right now. Trying again in a moment…"), ...BUSY_BACKOFF_MS);
   } else {
     reconnect(attempts >= 5 ? gettext("Still reconnecting… Check your connection.") : gettext("Connection lost. Reconnecting…"));
   }

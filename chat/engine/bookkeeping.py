@@ -1,0 +1,132 @@
+"""A turn's database work, most urgent first.
+
+Channels runs a process's database calls on one thread, in the order they
+were asked. Under load a turn's start, which the visitor's first character
+waits for, queued there behind other turns' ends and tool rounds: at 200
+visitors a start waited over a second (docs/benchmarks.md, "Concurrency").
+Turns' work goes through here instead. At most `width` jobs at a time are
+handed to the database threads; the others wait here, earliest deadline
+first, a job's deadline being when it was asked plus the slack of its kind:
+
+- URGENT, a turn's start: the first character waits for it;
+- SOON, a tool round's record: the answer's next round waits for it;
+- LATER, a turn's end: the visitor has read the answer already.
+
+So starts go first, and an end waits at most its slack (a second) longer
+than it would have in order: never for ever, however many starts arrive.
+How late the queue runs is what tells a process it is saturated
+(chat/engine/capacity.py).
+
+On SQLite the jobs run on Channels' one database thread, as every other
+call does (one writer). On PostgreSQL they run on a pool of
+KOOKEE_DB_THREADS threads, each lending a connection from the pool: one
+thread waiting for the server or for the interpreter's lock no longer holds
+up the others. A turn's own jobs still run one after another: each awaits
+the one before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from typing import Any, TypeVar
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import connection
+
+T = TypeVar("T")
+
+URGENT = 0.0
+SOON = 0.1
+LATER = 1.0
+
+
+class Lane:
+    """Runs sync database functions from the event loop, `width` at a time,
+    earliest deadline first."""
+
+    def __init__(self, width: int, call: Callable[..., Any]) -> None:
+        self.width = width
+        self.running = 0
+        self._call = call
+        self._waiting: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for _, _, ticket in self._waiting if not ticket.done())
+
+    def lateness(self) -> float:
+        """How far past its deadline the most overdue waiting job is, in
+        seconds (0 when none is): how far behind this process's database
+        work runs."""
+        if not self._waiting:
+            return 0.0
+        deadline = min(deadline for deadline, _, ticket in self._waiting if not ticket.done()) if self.waiting else None
+        return 0.0 if deadline is None else max(0.0, asyncio.get_running_loop().time() - deadline)
+
+    async def run(self, slack: float, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self.running < self.width and not self._waiting:
+            self.running += 1
+        else:
+            loop = asyncio.get_running_loop()
+            ticket: asyncio.Future[None] = loop.create_future()
+            heapq.heappush(self._waiting, (loop.time() + slack, next(self._order), ticket))
+            try:
+                await ticket  # the slot of the job that ended is handed over with it
+            except asyncio.CancelledError:
+                if ticket.done() and not ticket.cancelled():
+                    self._next()  # handed over, and not taken: to the next one
+                raise
+        try:
+            return await self._call(function)(*args, **kwargs)
+        finally:
+            self._next()
+
+    def _next(self) -> None:
+        while self._waiting:
+            _, _, ticket = heapq.heappop(self._waiting)
+            if not ticket.done():
+                ticket.set_result(None)
+                return
+        self.running -= 1
+
+
+# One lane per event loop: its futures belong to the loop (daphne has one;
+# each async test has its own).
+_lanes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lane] = weakref.WeakKeyDictionary()
+
+
+def lane() -> Lane:
+    loop = asyncio.get_running_loop()
+    found = _lanes.get(loop)
+    if found is None:
+        found = _lanes[loop] = _make_lane()
+    return found
+
+
+def _make_lane() -> Lane:
+    if connection.vendor == "postgresql":
+        pool = _pool(settings.KOOKEE_DB_THREADS)
+        # One more than the threads: the next job is queued as one ends.
+        return Lane(pool._max_workers + 1, lambda f: database_sync_to_async(f, thread_sensitive=False, executor=pool))
+    # SQLite has one writer: Channels' thread, with every other call. Two in
+    # flight, so that the thread never waits for the loop to hand it the next.
+    return Lane(2, database_sync_to_async)
+
+
+@cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="kookee-db")
+
+
+async def run(slack: float, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`function(*args, **kwargs)` on a database thread, when its turn
+    comes: URGENT, SOON or LATER."""
+    return await lane().run(slack, function, *args, **kwargs)

@@ -1,0 +1,75 @@
+"""Whether this process can take another visitor: saturation refuses at
+the door rather than slowing everyone down.
+
+Past what a process can serve, every visitor's wait grows together: the
+first character of every answer queued behind database work and frames
+(docs/benchmarks.md, "Concurrency"). A process that is behind refuses new
+sockets instead, at once, with close code 4503 (after accepting the
+handshake: a browser cannot read a refused handshake's status). The page
+says it is busy and tries again with backoff (2 s, doubling to 30 s, with
+jitter), which behind a balancer may land on a process with room. The
+visitors already here keep their pace.
+
+Behind means either of, beyond KOOKEE_SATURATION_MS:
+- the event loop runs late: a tick asked for every 100 ms comes that late
+  (its last second's worst);
+- the turns' database work runs late: the most overdue job waiting in
+  chat/engine/bookkeeping.py is that far past its deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import deque
+
+from django.conf import settings
+
+from chat.engine import bookkeeping
+from chat.ops import metrics
+
+TICK_SECONDS = 0.1
+WINDOW = 10  # ticks: the last second
+
+
+class LoopLag:
+    """How late this event loop runs its callbacks, measured with a tick."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.lags: deque[float] = deque(maxlen=WINDOW)
+        self.expected = loop.time() + TICK_SECONDS
+        self.handle = loop.call_at(self.expected, self.tick)
+
+    def tick(self) -> None:
+        now = self.loop.time()
+        self.lags.append(now - self.expected)
+        self.expected = now + TICK_SECONDS
+        self.handle = self.loop.call_at(self.expected, self.tick)
+
+    def worst(self) -> float:
+        # A tick not come yet counts as late as it is now.
+        return max([*self.lags, self.loop.time() - self.expected, 0.0])
+
+
+_lags: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLag] = weakref.WeakKeyDictionary()
+
+
+def start() -> None:
+    """Starts measuring this event loop's lag (once per loop)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _lags:
+        _lags[loop] = LoopLag(loop)
+
+
+def saturated() -> bool:
+    """Whether a new visitor should be refused now (and counts it if so)."""
+    limit = settings.KOOKEE_SATURATION_MS / 1000
+    if limit <= 0:
+        return False
+    start()
+    behind = max(_lags[asyncio.get_running_loop()].worst(), bookkeeping.lane().lateness())
+    if behind <= limit:
+        return False
+    metrics.refused_saturated()
+    return True
