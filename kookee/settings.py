@@ -113,7 +113,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     }
 # Threads for turns' database work on PostgreSQL (chat/engine/bookkeeping.py),
 # each lending a connection of the pool above; SQLite has one writer.
-KOOKEE_DB_THREADS = env.int("KOOKEE_DB_THREADS", default=4)
+KOOKEE_DB_THREADS = env.int("KOOKEE_DB_THREADS", default=1)
 # A process whose event loop or turns' database work runs this late refuses
 # new sockets (close code 4503: chat/engine/capacity.py); 0: never.
 KOOKEE_SATURATION_MS = env.int("KOOKEE_SATURATION_MS", default=500)

@@ -18,10 +18,11 @@ How late the queue runs is what tells a process it is saturated
 (chat/engine/capacity.py).
 
 On SQLite the jobs run on Channels' one database thread, as every other
-call does (one writer). On PostgreSQL they run on a pool of
-KOOKEE_DB_THREADS threads, each lending a connection from the pool: one
-thread waiting for the server or for the interpreter's lock no longer holds
-up the others. A turn's own jobs still run one after another: each awaits
+call does (one writer). On PostgreSQL with KOOKEE_DB_THREADS above 1 they
+run on a pool of that many threads, each lending a connection from the
+pool: one thread waiting for the server or for the interpreter's lock no
+longer holds up the others (off by default until measured: other calls then
+no longer queue behind a turn's end on the same thread). A turn's own jobs still run one after another: each awaits
 the one before.
 """
 
@@ -112,7 +113,7 @@ def lane() -> Lane:
 
 
 def _make_lane() -> Lane:
-    if connection.vendor == "postgresql":
+    if connection.vendor == "postgresql" and settings.KOOKEE_DB_THREADS > 1:
         pool = _pool(settings.KOOKEE_DB_THREADS)
         # One more than the threads: the next job is queued as one ends.
         return Lane(pool._max_workers + 1, lambda f: database_sync_to_async(f, thread_sensitive=False, executor=pool))
