@@ -100,12 +100,12 @@ async def test_lateness_is_how_far_the_most_overdue_waiting_job_is_past_its_dead
 async def test_the_loop_lag_is_its_last_seconds_worst_tick():
     lag = capacity.LoopLag(asyncio.get_running_loop())
     await asyncio.sleep(0.25)
-    assert lag.worst() < 0.1
+    assert lag.worst() < 0.2
     _block_the_loop(0.3)
     await asyncio.sleep(0.05)
     assert lag.worst() >= 0.25
     await asyncio.sleep(1.3)  # ten ticks later it has caught up
-    assert lag.worst() < 0.1
+    assert lag.worst() < 0.2
     lag.handle.cancel()
 
 
