@@ -354,7 +354,8 @@ def section(sweep: list[dict[str, Any]], charts: Path) -> str:
     if profile.exists():
         lines += [
             "**Where the app's CPU goes at 200 visitors** (py-spy, sampling the running server from outside;"
-            " samples of both of its threads, so waiting for the GIL shows on the database thread):",
+            " only the thread holding the interpreter's lock is sampled, so the shares are of the CPU the process"
+            " spends in Python, not of threads waiting for it):",
             "",
             "| where | share of samples |",
             "| --- | ---: |",

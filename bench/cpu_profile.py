@@ -16,7 +16,7 @@ CATEGORIES = [
     ("database: record a tool round", ("record_generation",)),
     ("database: checkpoints", ("checkpoint_turns",)),
     ("database: connect a socket", ("_identify",)),
-    ("database thread: hand-offs, commits, waiting for the GIL", ("Thread._bootstrap",)),
+    ("worker threads: database hand-offs and commits, the rest", ("Thread._bootstrap",)),
     ("provider: send the request (openai client)", ("open_stream",)),
     ("provider: read the stream (httpx2, h11)", ("Stream._read",)),
     ("provider: decode events (orjson)", ("Stream._decode",)),

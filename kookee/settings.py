@@ -111,14 +111,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         "max_size": env.int("KOOKEE_DB_POOL_SIZE", default=10),
         "timeout": 20,
     }
-# Threads for turns' database work on PostgreSQL (chat/engine/bookkeeping.py),
-# each lending a connection of the pool above; SQLite has one writer.
-KOOKEE_DB_THREADS = env.int("KOOKEE_DB_THREADS", default=1)
 # A process whose event loop or turns' database work runs this late refuses
 # new sockets (close code 4503: chat/engine/capacity.py); 0: never.
 KOOKEE_SATURATION_MS = env.int("KOOKEE_SATURATION_MS", default=500)
-if KOOKEE_DB_THREADS < 1:
-    raise ImproperlyConfigured("KOOKEE_DB_THREADS must be at least 1.")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Turns write from worker threads while pages read: wait for the lock
     # rather than fail, take it up front (no upgrade deadlocks), and let

@@ -2,11 +2,13 @@
 
 Channels runs a process's database calls on one thread, in the order they
 were asked. Under load a turn's start, which the visitor's first character
-waits for, queued there behind other turns' ends and tool rounds: at 200
-visitors a start waited over a second (docs/benchmarks.md, "Concurrency").
-Turns' work goes through here instead. At most `width` jobs at a time are
-handed to the database threads; the others wait here, earliest deadline
-first, a job's deadline being when it was asked plus the slack of its kind:
+waits for, queued there behind other turns' ends and tool rounds (at 100
+back-to-back visitors on this project's 2-core machine, a start waited
+about a second, for about 4 ms of work). Turns' work goes through here
+instead. At most two jobs at a time are handed to the database thread (so
+that it never waits for the loop to hand it the next); the others wait
+here, earliest deadline first, a job's deadline being when it was asked
+plus the slack of its kind:
 
 - URGENT, a turn's start: the first character waits for it;
 - SOON, a tool round's record: the answer's next round waits for it;
@@ -14,16 +16,10 @@ first, a job's deadline being when it was asked plus the slack of its kind:
 
 So starts go first, and an end waits at most its slack (a second) longer
 than it would have in order: never for ever, however many starts arrive.
+A turn's own jobs still run one after another (each awaits the one before),
+and on the same thread as every other call, in the order handed to it.
 How late the queue runs is what tells a process it is saturated
 (chat/engine/capacity.py).
-
-On SQLite the jobs run on Channels' one database thread, as every other
-call does (one writer). On PostgreSQL with KOOKEE_DB_THREADS above 1 they
-run on a pool of that many threads, each lending a connection from the
-pool: one thread waiting for the server or for the interpreter's lock no
-longer holds up the others (off by default until measured: other calls then
-no longer queue behind a turn's end on the same thread). A turn's own jobs still run one after another: each awaits
-the one before.
 """
 
 from __future__ import annotations
@@ -33,13 +29,9 @@ import heapq
 import itertools
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from functools import cache
 from typing import Any, TypeVar
 
 from channels.db import database_sync_to_async
-from django.conf import settings
-from django.db import connection
 
 T = TypeVar("T")
 
@@ -67,10 +59,8 @@ class Lane:
         """How far past its deadline the most overdue waiting job is, in
         seconds (0 when none is): how far behind this process's database
         work runs."""
-        if not self._waiting:
-            return 0.0
-        deadline = min(deadline for deadline, _, ticket in self._waiting if not ticket.done()) if self.waiting else None
-        return 0.0 if deadline is None else max(0.0, asyncio.get_running_loop().time() - deadline)
+        deadlines = [deadline for deadline, _, ticket in self._waiting if not ticket.done()]
+        return max(0.0, asyncio.get_running_loop().time() - min(deadlines)) if deadlines else 0.0
 
     async def run(self, slack: float, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self.running < self.width and not self._waiting:
@@ -108,23 +98,8 @@ def lane() -> Lane:
     loop = asyncio.get_running_loop()
     found = _lanes.get(loop)
     if found is None:
-        found = _lanes[loop] = _make_lane()
+        found = _lanes[loop] = Lane(2, database_sync_to_async)
     return found
-
-
-def _make_lane() -> Lane:
-    if connection.vendor == "postgresql" and settings.KOOKEE_DB_THREADS > 1:
-        pool = _pool(settings.KOOKEE_DB_THREADS)
-        # One more than the threads: the next job is queued as one ends.
-        return Lane(pool._max_workers + 1, lambda f: database_sync_to_async(f, thread_sensitive=False, executor=pool))
-    # SQLite has one writer: Channels' thread, with every other call. Two in
-    # flight, so that the thread never waits for the loop to hand it the next.
-    return Lane(2, database_sync_to_async)
-
-
-@cache
-def _pool(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads, thread_name_prefix="kookee-db")
 
 
 async def run(slack: float, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -145,8 +145,8 @@ def _counts_sql() -> str:
     """The visitor's turns in the last minute, tokens in the conversation
     and today, and their network's turns in the last minute. Written out
     rather than built by the ORM, which compiled these aggregates on every
-    turn's start (a sixth of a loaded server's CPU, on the path of the
-    first character: docs/benchmarks.md)."""
+    turn's start: 8% of a loaded process's CPU (py-spy, 200 visitors), on
+    the path of the first character."""
     quote = connection.ops.quote_name
     turn, conversation, ledger = (quote(m._meta.db_table) for m in (Turn, Conversation, LedgerEntry))
     tokens = "l.input_tokens + l.output_tokens"

@@ -1,8 +1,12 @@
 """Sockets that close without the visitor being refused, in Chromium: the
 server goes away and comes back, the server closes an idle socket, a visitor
-opens too many. None of them costs the visitor their conversation."""
+opens too many, the server is saturated. None of them costs the visitor
+their conversation."""
 
 from __future__ import annotations
+
+import os
+import signal
 
 from playwright.sync_api import expect
 
@@ -102,3 +106,29 @@ def test_a_flood_closes_the_chat_until_a_reload(tmp_path, page):
         page.locator("#log").focus()  # the visitor's moves do not reconnect it
         page.wait_for_timeout(1000)
         assert len(sockets) == 1
+
+
+def test_a_saturated_server_refuses_a_new_socket_and_the_page_tries_again(tmp_path, page):
+    sockets = []
+    page.on("websocket", lambda socket: sockets.append(socket))
+    env = {"KOOKEE_IDLE_SOCKET_SECONDS": "1", "KOOKEE_SATURATION_MS": "200", **OFFLINE}
+    with daphne(tmp_path, **env) as (address, _, process):
+        page.goto(f"http://{address}")
+        chat(page, "before the rush")
+        expect(page.locator("#chat")).to_have_attribute("data-connection", "idle")
+        # The server falls far behind, as a saturated one does, while the
+        # visitor comes back and the page opens a socket.
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            with page.expect_websocket(timeout=SLOW):
+                page.locator("#log").focus()
+            page.wait_for_timeout(600)
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        # Refused at once (4503), said, and tried again a couple of seconds on.
+        expect(page.locator("#connection")).to_have_text(
+            "The assistant is very busy right now. Trying again in a moment…"
+        )
+        chat(page, "after the rush")
+        assert len(sockets) >= 3
+        expect(page.locator(".message--user .message__text")).to_have_text(["before the rush", "after the rush"])
