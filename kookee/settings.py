@@ -112,8 +112,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         "timeout": 20,
     }
 # A process whose event loop or turns' database work runs this late refuses
-# new sockets (close code 4503: chat/engine/capacity.py); 0: never.
-KOOKEE_SATURATION_MS = env.int("KOOKEE_SATURATION_MS", default=500)
+# new sockets (close code 4503: chat/engine/capacity.py); 0: never. Two
+# seconds: a safety valve for a process far past capacity, where handshakes
+# would time out. At 500 ms, 200 back-to-back visitors were refused 400
+# times in 20 s, and the retries' reconnections made the others slower.
+KOOKEE_SATURATION_MS = env.int("KOOKEE_SATURATION_MS", default=2000)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Turns write from worker threads while pages read: wait for the lock
     # rather than fail, take it up front (no upgrade deadlocks), and let
