@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -38,11 +38,33 @@ class Busy(Exception):
     """The conversation has a turn running already (on any process)."""
 
 
+@dataclass
+class TurnRecord:
+    """What the database holds of a running turn, kept by its process so
+    that its tool rounds and its end need not read it back. Changed only by
+    this module's functions, on the database thread, after their
+    transactions commit: a turn's jobs run there one after another, so each
+    sees what the one before stored (even when the turn was cancelled while
+    awaiting it)."""
+
+    turn_id: int
+    started_at: Any  # datetime: the turn is priced as of its start
+    budget: dict[str, Any]  # what it holds in the daily budgets (Turn.budget)
+    recorded: set[int] = field(default_factory=set)  # the rounds stored as generations
+
+    @classmethod
+    def load(cls, turn_id: int) -> TurnRecord:
+        """A turn's record as stored (for a turn that another function started)."""
+        turn = Turn.objects.only("started_at", "budget").get(pk=turn_id)
+        rounds = set(Generation.objects.filter(turn_id=turn_id).values_list("round", flat=True))
+        return cls(turn_id, turn.started_at, turn.budget, rounds)
+
+
 class Started(NamedTuple):
     conversation_id: int
     turn_id: int
     messages: list[dict[str, Any]]  # for the first round
-    budget: dict[str, Any]  # what it holds in the daily budgets (Turn.budget)
+    record: TurnRecord
 
 
 def start_turn(
@@ -98,7 +120,7 @@ def _start_turn(
     system: str,
 ) -> Started | Message:
     conversation = access.conversation_for(visitor, conversation_id, replacing)
-    if conversation.id == conversation_id:
+    if conversation.id == conversation_id and conversation.claimed:
         message = replies.to_person(visitor.hash, conversation.id, user_text)
         if message is not None:
             return message
@@ -126,7 +148,7 @@ def _start_turn(
         # Last activity is shown to the minute and idles widgets in days:
         # turns back to back need not write it each time.
         conversation.save(update_fields=["updated_at"])
-    return Started(conversation.id, turn.id, messages, budget)
+    return Started(conversation.id, turn.id, messages, TurnRecord(turn.id, turn.started_at, budget))
 
 
 def running_turn(visitor: str) -> tuple[int, str] | None:
@@ -216,27 +238,31 @@ def record_generation(turn_id: int, rnd: Round) -> None:
     )
 
 
-def end_round(turn_id: int, rnd: Round, budget: dict[str, Any], hold: int) -> tuple[dict[str, Any], str]:
+def end_round(record: TurnRecord, rnd: Round, hold: int) -> str:
     """A round that called tools has ended, and another follows: records it,
-    and grows the turn's hold in the daily budgets (`budget`) to `hold`
-    (what it spent and the next round's worst case: limits.top_up). Returns
-    the hold, and "" or the code of a budget that cannot take it; the round
-    is recorded either way."""
+    and grows the turn's hold in the daily budgets to `hold` (what it spent
+    and the next round's worst case: limits.top_up). Returns "" or the code
+    of a budget that cannot take it; the round is recorded either way."""
+    budget = record.budget
     with transaction.atomic():
-        record_generation(turn_id, rnd)
+        record_generation(record.turn_id, rnd)
         try:
             with transaction.atomic():
                 grown = limits.top_up(budget, hold)
-                streaming = Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING)
+                streaming = Turn.objects.filter(pk=record.turn_id, status=Turn.Status.STREAMING)
                 if grown is not budget and not streaming.update(budget=grown):
                     # Closed meanwhile by a sweeper (a stalled process), which
                     # settled its hold: this growth would never be settled.
                     raise _Closed
         except LimitReached as limit:
-            return budget, limit.code
+            refused = limit.code
         except _Closed:
-            return budget, ""
-    return grown, ""
+            refused = ""
+        else:
+            refused, budget = "", grown
+    record.recorded.add(rnd.number)
+    record.budget = budget
+    return refused
 
 
 class _Closed(Exception):
@@ -338,7 +364,7 @@ def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
 
 @transaction.atomic
 def finish_turn(
-    turn_id: int,
+    record: TurnRecord,
     *,
     status: str,
     text: str,
@@ -351,16 +377,13 @@ def finish_turn(
     """Closes the turn: its remaining rounds, its text, its one ledger entry.
 
     Returns the usage the ledger recorded, for the `turn.ended` frame. A turn
-    that has ended already is left as it is.
+    that has ended already (a sweeper closed it) is left as it is.
     """
-    turn = Turn.objects.select_for_update().only("status", "started_at", "budget").get(pk=turn_id)
-    if turn.status != Turn.Status.STREAMING:
-        return _usage_of(LedgerEntry.objects.get(turn_id=turn_id))
-    recorded = set(Generation.objects.filter(turn_id=turn_id).values_list("round", flat=True))
-    for rnd in rounds:
-        if rnd.number not in recorded:
-            record_generation(turn_id, rnd)
-    Turn.objects.filter(pk=turn_id).update(
+    turn_id = record.turn_id
+    # Claimed with a conditional update, as the sweeper claims it: whichever
+    # comes second finds it taken (on PostgreSQL it waits for the first's
+    # commit, then sees the new status), and this needs no read first.
+    claimed = Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING).update(
         status=status,
         interrupted=status == Turn.Status.INTERRUPTED,
         assistant_text=text,
@@ -371,6 +394,11 @@ def finish_turn(
         ended_at=timezone.now(),
         budget={},
     )
+    if not claimed:
+        return _usage_of(LedgerEntry.objects.get(turn_id=turn_id))
+    for rnd in rounds:
+        if rnd.number not in record.recorded:
+            record_generation(turn_id, rnd)
     searches.record_searches(turn_id, text, [call for rnd in rounds for call in rnd.tool_calls])
     usages = [rnd.usage for rnd in rounds]
     entry = bill_once(
@@ -381,9 +409,9 @@ def finish_turn(
         output_tokens=sum(u.output_tokens for u in usages),
         reasoning_tokens=sum(u.reasoning_tokens for u in usages),
         estimated=any(u.estimated for u in usages),
-        priced_at=turn.started_at,
+        priced_at=record.started_at,
     )
-    limits.settle(turn.budget, entry.input_tokens + entry.output_tokens)
+    limits.settle(record.budget, entry.input_tokens + entry.output_tokens)
     return _usage_of(entry)
 
 

@@ -38,10 +38,10 @@ class _Turn:
     """The round loop's sink: frames to the conversation's tabs, rounds to
     the database."""
 
-    def __init__(self, broadcast: Broadcast, budget: dict[str, Any]) -> None:
+    def __init__(self, broadcast: Broadcast, record: records.TurnRecord) -> None:
         self.turn_id = broadcast.turn_id
         self.broadcast = broadcast
-        self.budget = budget  # what it holds in the daily budgets (chat/visitors/limits.py)
+        self.record = record  # what the database holds of it (its hold in the daily budgets, its rounds)
         # Looked up once: every frame goes through it.
         self.hub = hub.current()
         self.trace = tracing.start_turn(self.turn_id)
@@ -77,9 +77,7 @@ class _Turn:
         # the turn here.
         spent = sum(r.usage.input_tokens + r.usage.output_tokens for r in self.loop.rounds)
         hold = spent + next_prompt_tokens + settings.KOOKEE_MAX_OUTPUT_TOKENS
-        self.budget, refused = await bookkeeping.run(
-            bookkeeping.SOON, records.end_round, self.turn_id, rnd, self.budget, hold
-        )
+        refused = await bookkeeping.run(bookkeeping.SOON, records.end_round, self.record, rnd, hold)
         if refused:
             raise EndTurn(refused)
 
@@ -132,7 +130,7 @@ async def start(visitor: Any, conversation_id: int | None, text: str, replacing:
         await replies.announce(started)
         return started.conversation_id
     broadcast = await the_hub.own(started.turn_id, visitor.hash)
-    broadcast.task = asyncio.create_task(run_turn(broadcast, started.messages, started.budget))
+    broadcast.task = asyncio.create_task(run_turn(broadcast, started.messages, started.record))
     # Let the task enter its try/finally before any stop can cancel it: a
     # task cancelled before its first step never runs its finally.
     await asyncio.sleep(0)
@@ -142,9 +140,9 @@ async def start(visitor: Any, conversation_id: int | None, text: str, replacing:
     return started.conversation_id
 
 
-async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]], budget: dict[str, Any]) -> None:
+async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]], record: records.TurnRecord) -> None:
     """Runs a created turn to its end. Stopping its broadcast stops it."""
-    turn = _Turn(broadcast, budget)
+    turn = _Turn(broadcast, record)
     tools.current_turn.set(turn.turn_id)  # for the tools that act on the conversation
     outcome = Outcome(Status.FAILED, Code.SERVER_ERROR)
     checkpointer.live[asyncio.current_task()] = turn
@@ -181,7 +179,7 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
         usage = await bookkeeping.run(
             bookkeeping.LATER,
             records.finish_turn,
-            turn.turn_id,
+            turn.record,
             status=outcome.status,
             text=loop.text,
             error=outcome.detail or outcome.error,

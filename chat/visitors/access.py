@@ -10,9 +10,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from chat.models import Conversation, RevokedKey
+from chat.models import Conversation, Handoff, RevokedKey
 from chat.visitors import embed
 from chat.visitors.identity import Visitor, hash_key
 
@@ -81,7 +82,7 @@ def conversation_for(visitor: Visitor, conversation_id: int | None, replacing: i
     tab knows, None before it knew one; `replacing`, with None, a full one
     that a new conversation follows, unless another tab began one already.
     Raises Refused when their key no longer reaches it (they started over,
-    or it was erased)."""
+    or it was erased). Its `claimed` says whether a person has it."""
     if conversation_id == replacing:
         conversation_id = None  # full: the visitor's latest, unless another tab began a new one
     if conversation_id is None:
@@ -94,10 +95,19 @@ def conversation_for(visitor: Visitor, conversation_id: int | None, replacing: i
         if replacing is not None and conversation_id == replacing:
             conversation_id = None
     if conversation_id is None:
-        return Conversation.objects.create(visitor_hash=visitor.hash, source_url=visitor.page)
+        conversation = Conversation.objects.create(visitor_hash=visitor.hash, source_url=visitor.page)
+        conversation.claimed = False
+        return conversation
     # The lock makes a message racing in from another process wait here;
     # its insert then meets this turn (the constraint: records.Busy).
-    conversation = Conversation.objects.select_for_update().only("visitor_hash", "updated_at").get(pk=conversation_id)
+    # `claimed`, read in the same statement: whether a person has it, and
+    # the visitor's words go to them (chat/support/replies.py).
+    conversation = (
+        Conversation.objects.select_for_update()
+        .only("visitor_hash", "updated_at")
+        .annotate(claimed=Exists(Handoff.objects.filter(conversation=OuterRef("pk"), status=Handoff.Status.CLAIMED)))
+        .get(pk=conversation_id)
+    )
     if conversation.visitor_hash != visitor.hash:
         raise Refused  # started over or erased since this tab connected
     return conversation

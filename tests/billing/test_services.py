@@ -376,7 +376,8 @@ def make_round(number, *, usage, content="", finish_reason="stop", prompt_chars=
 
 
 def finish(turn_id, rounds, *, status="completed", text="The answer."):
-    return records.finish_turn(turn_id, status=status, text=text, error="", rounds=rounds, model="gpt-4o-mini")
+    record = records.TurnRecord.load(turn_id)
+    return records.finish_turn(record, status=status, text=text, error="", rounds=rounds, model="gpt-4o-mini")
 
 
 def test_finish_turn_sums_reported_usage_over_rounds(turn_id):

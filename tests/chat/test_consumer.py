@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db.backends import utils
 
 from billing.models import LedgerEntry
 from chat.engine import records, turns
@@ -83,6 +84,38 @@ async def test_a_help_question_is_two_generations(chat, use_provider, articles):
     generations = await database_sync_to_async(list)(Generation.objects.filter(turn_id=turn_id))
     assert [(g.round, g.finish_reason) for g in generations] == [(1, "tool_calls"), (2, "stop")]
     assert all(g.first_delta_at and g.ended_at >= g.started_at for g in generations)
+
+
+async def test_a_help_question_takes_fourteen_statements_of_the_database(chat, use_provider, articles, monkeypatch):
+    # Every statement is a trip to the one database thread that every turn's
+    # first character may wait behind (chat/engine/bookkeeping.py). A turn of
+    # a known conversation: 5 to start it (conversation, limits, history,
+    # budget hold, insert), 4 for its tool round (generation, tool call,
+    # budget top-up, the turn's hold), 5 to end it (claim, generation,
+    # search, ledger entry, budget settled). Transactions and savepoints
+    # apart.
+    statements: list[str] = []
+    execute = utils.CursorWrapper.execute
+
+    def counted(cursor, sql, params=None):
+        if not sql.startswith(("BEGIN", "SAVEPOINT", "RELEASE SAVEPOINT")):
+            statements.append(sql)
+        return execute(cursor, sql, params)
+
+    for _ in range(2):  # the first creates the conversation
+        statements.clear()
+        use_provider.queue(
+            tool_round([("call_1", "search_help_center", {"query": "install widget"})], "Let me look.", 300, 12),
+            answer("Paste the script tag before </body>.", 500, 20),
+        )
+        with monkeypatch.context() as patched:
+            patched.setattr(utils.CursorWrapper, "execute", counted)
+            patched.setattr(utils.CursorWrapper, "executemany", None)  # none expected: it would fail
+            turn_id = await chat.ask("How do I install the widget?")
+            ended = await chat.receive_until("turn.ended", turn_id=turn_id)
+        assert ended["status"] == "completed"
+        await check_turn(chat.frames, turn_id)
+    assert len(statements) == 14, "\n".join(statements)
 
 
 async def test_history_is_sent_to_the_model(chat, use_provider):

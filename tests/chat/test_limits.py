@@ -709,8 +709,10 @@ def test_a_round_that_ends_after_a_sweeper_closed_its_turn_holds_nothing_more(se
 
     rnd = Round(number=1, prompt_chars=100, finish_reason="tool_calls")
     rnd.reported_usage = {"prompt_tokens": 400, "completion_tokens": 20}
-    budget, refused = records.end_round(started.turn_id, rnd, started.budget, started.budget["tokens"] + 5000)
+    held = dict(started.record.budget)
+    refused = records.end_round(started.record, rnd, held["tokens"] + 5000)
 
-    assert (budget, refused) == (started.budget, "")
+    assert (started.record.budget, refused) == (held, "")
+    assert started.record.recorded == {1}
     assert DayBudget.objects.get(key=limits.network_key("203.0.113.7/32")).tokens == settled
     assert Turn.objects.get(pk=started.turn_id).budget == {}
