@@ -98,7 +98,7 @@ bench: $(VENV)/installed $(VENV)/bench-installed chromium
 	$(PY) bench/stop_latency.py
 	$(PY) bench/concurrency.py
 	$(PY) bench/db_writes.py
-	$(PY) bench/soak.py
+	$(PY) bench/soak.py --visitors 200 $$(pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && echo --postgres)
 	$(PY) bench/eval.py --split test --save
 	$(PY) bench/search_scale.py
 	$(PY) bench/import_scale.py
@@ -118,5 +118,11 @@ eval: export DJANGO_DEBUG ?= true
 eval: $(VENV)/installed
 	$(PY) bench/eval.py --split $(SPLIT)
 
+# Every turn's invariants under load: one process on SQLite, then two on
+# PostgreSQL and Redis when this machine runs them.
+load: export DJANGO_DEBUG ?= true
 load: $(VENV)/installed
 	$(PY) bench/load.py 200 3
+	@if command -v pg_isready >/dev/null && pg_isready -q -h 127.0.0.1 -p 5432; then \
+	  $(PY) bench/load.py 200 3 --postgres --processes 2; \
+	else echo "note: no PostgreSQL on 127.0.0.1:5432: the two-process run is skipped"; fi

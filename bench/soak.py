@@ -1,20 +1,24 @@
 """Memory over time: does the server's memory level off, or does it leak?
 
 One daphne process serves 60 visitors (by default) asking help questions back
-to back for ten minutes, against the bench provider at 300 ms to first token
-and 40 tokens/s, with one turn in ten stopped by its visitor. Every few
-seconds the server's RSS and CPU time and the number of turns stored so far
-(read from the SQLite file) are sampled. Reported: RSS before any load, RSS at
+to back for ten minutes, on SQLite or (`--postgres`) a fresh PostgreSQL
+database, against the bench provider at 300 ms to first token and 40
+tokens/s, with one turn in ten stopped by its visitor. Every few seconds
+the server's RSS and CPU time and the number of turns stored so far (read
+from the database) are sampled. Reported: RSS before any load, RSS at
 each 1,000 turns, and the least-squares growth in MB per 1,000 turns after the
 warm-up (the first 1,000 turns) and over the last half of the run; a leak
-keeps growing over the last half, a warming cache does not.
+keeps growing over the last half, a warming cache does not. And whether
+anything was lost: once the visitors are gone, no turn is left streaming and
+every stored turn has exactly one ledger entry.
 
-    .venv/bin/python bench/soak.py [--minutes 10] [--visitors 60] [--interval 5]
+    .venv/bin/python bench/soak.py [--minutes 10] [--visitors 60] [--interval 5] [--postgres]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sqlite3
 import tempfile
 import threading
@@ -22,7 +26,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import QUESTIONS, cpu_seconds, migrate, provider, rss_mb, run_client, save, server_env, servers
+from harness import (
+    QUESTIONS,
+    cpu_seconds,
+    fresh_postgres,
+    migrate,
+    provider,
+    rss_mb,
+    run_client,
+    save,
+    server_env,
+    servers,
+)
 
 TTFT_MS = 300
 TOKENS_PER_SECOND = 40
@@ -32,20 +47,47 @@ WARMUP_TURNS = 1000
 LEVEL_MB_PER_1000 = 0.5
 
 
-def stored_turns(database: Path) -> int:
-    # Read-only, beside the server's own connection: the database is in WAL mode.
-    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)
+def query(database: str, sql: str) -> tuple:
+    """One row from the database the server uses, beside its own connections."""
+    if database.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(database) as connection:
+            return connection.execute(sql).fetchone()
+    # Read-only: the database is in WAL mode.
+    connection = sqlite3.connect(f"file:{database.removeprefix('sqlite:///')}?mode=ro", uri=True, timeout=5)
     try:
-        return connection.execute("select count(*) from chat_turn").fetchone()[0]
+        return connection.execute(sql).fetchone()
     finally:
         connection.close()
 
 
-def run(*, minutes: float, visitors: int, interval: float) -> dict[str, Any]:
+def stored_turns(database: str) -> int:
+    return query(database, "select count(*) from chat_turn")[0]
+
+
+def lost(database: str) -> dict[str, int]:
+    """What a run lost: turns left streaming, turns not billed exactly once."""
+    streaming, unbilled = query(
+        database,
+        "select count(case when status = 'streaming' then 1 end),"
+        " count(case when (select count(*) from billing_ledgerentry l where l.turn_id = t.id) <> 1 then 1 end)"
+        " from chat_turn t",
+    )
+    return {"left_streaming": streaming, "not_billed_once": unbilled}
+
+
+def run(*, minutes: float, visitors: int, interval: float, postgres: bool = False) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
+        database = stack.enter_context(fresh_postgres("kookee_soak")) if postgres else f"sqlite:///{tmp}/db.sqlite3"
+        return _run(database, minutes=minutes, visitors=visitors, interval=interval)
+
+
+def _run(database: str, *, minutes: float, visitors: int, interval: float) -> dict[str, Any]:
     samples: list[list[float]] = []
-    with tempfile.TemporaryDirectory() as tmp, provider(TTFT_MS, TOKENS_PER_SECOND) as (provider_url, _):
-        database = Path(tmp) / "db.sqlite3"
-        env = server_env(f"sqlite:///{database}", provider_url)
+    with provider(TTFT_MS, TOKENS_PER_SECOND) as (provider_url, _):
+        env = server_env(database, provider_url)
         migrate(env)
         with servers(env, 1) as (addresses, processes):
             pid = processes[0].pid
@@ -94,12 +136,13 @@ def run(*, minutes: float, visitors: int, interval: float) -> dict[str, Any]:
             # With the visitors gone: what stays allocated once nothing is in flight.
             time.sleep(3)
             idle_rss = rss_mb(pid)
+            losses = lost(database)
     return {
         "visitors": visitors,
         "minutes": minutes,
         "server": "daphne",
         "processes": 1,
-        "database": "sqlite",
+        "database": "postgresql" if database.startswith("postgres") else "sqlite",
         "provider": {"ttft_ms": TTFT_MS, "tokens_per_second": TOKENS_PER_SECOND},
         "stop_fraction": STOP_FRACTION,
         "interval_s": interval,
@@ -109,6 +152,7 @@ def run(*, minutes: float, visitors: int, interval: float) -> dict[str, Any]:
         "errors": sum(result["errors"].values()),
         "error_kinds": result["errors"],
         "rss_idle_after_mb": round(idle_rss, 2),
+        "lost": losses,
         **derive(samples),
     }
 
@@ -177,8 +221,18 @@ def summary(results: dict[str, Any]) -> str:
         f" idle after {results['rss_idle_after_mb']:.1f} MB\n"
         f"MB per 1,000 turns after warm-up {results['mb_per_1000_after_warmup']},"
         f" over the last half {results['mb_per_1000_last_half']}\n"
-        f"{verdict(results)}"
+        f"{verdict(results)}\n"
+        f"Lost: {_losses(results)}"
     )
+
+
+def _losses(results: dict[str, Any]) -> str:
+    lost = results.get("lost")
+    if lost is None:
+        return "not checked"
+    if not any(lost.values()):
+        return "nothing (no turn left streaming, every turn billed exactly once)"
+    return f"{lost['left_streaming']} turn(s) left streaming, {lost['not_billed_once']} not billed exactly once"
 
 
 def main() -> None:
@@ -187,8 +241,9 @@ def main() -> None:
     parser.add_argument("--visitors", type=int, default=60)
     parser.add_argument("--interval", type=float, default=5, help="seconds between samples")
     parser.add_argument("--name", default="soak")
+    parser.add_argument("--postgres", action="store_true", help="on a fresh PostgreSQL database (bench/harness.py)")
     args = parser.parse_args()
-    results = run(minutes=args.minutes, visitors=args.visitors, interval=args.interval)
+    results = run(minutes=args.minutes, visitors=args.visitors, interval=args.interval, postgres=args.postgres)
     path = save(args.name, results)
     print(summary(results))
     print(f"saved {path}")
@@ -196,6 +251,9 @@ def main() -> None:
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.2f}"
+
+
+_DATABASES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
 
 def section(results: dict[str, Any], charts: Path) -> str:
@@ -209,8 +267,9 @@ def section(results: dict[str, Any], charts: Path) -> str:
     lines = [
         "## 6. Memory over time",
         "",
-        f"One {results['server']} process on SQLite served {results['visitors']} visitors asking help questions back"
-        f" to back for {results['minutes']:g} minutes ({results['turns']:,} turns, about"
+        f"One {results['server']} process on {_DATABASES[results['database']]} served {results['visitors']}"
+        f" visitors asking help questions back to back for {results['minutes']:g} minutes"
+        f" ({results['turns']:,} turns, about"
         f" {results['turns_per_minute']:,.0f} a minute, one in {round(1 / results['stop_fraction'])} stopped by"
         f" its visitor) against the bench provider at {pace['ttft_ms']:g} ms to first token and"
         f" {pace['tokens_per_second']:g} tokens/s, with {results['errors'] or 'no'} errors; its RSS was sampled every"
@@ -227,6 +286,8 @@ def section(results: dict[str, Any], charts: Path) -> str:
         f" {_fmt(results['mb_per_1000_after_warmup'])} MB per 1,000 turns (least squares), and by"
         f" {_fmt(results['mb_per_1000_last_half'])} MB per 1,000 turns over the last half of the run. "
         + verdict(results),
+        "",
+        f"Lost: {_losses(results)}.",
         "",
         "![Server RSS against turns served](benchmarks/soak.png)",
         "",
