@@ -92,6 +92,7 @@ clean:
 # secret); the performance benches (bench/harness.py) serve it as production
 # does, and write docs/benchmarks.md. About 25 minutes; Node.js runs the load.
 bench load: export DJANGO_DEBUG ?= true
+bench: export DJANGO_DEBUG ?= true
 bench: $(VENV)/installed $(VENV)/bench-installed chromium
 	$(PY) bench/probe_vs_stream.py
 	$(PY) bench/relay_overhead.py

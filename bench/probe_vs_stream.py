@@ -34,7 +34,8 @@ from typing import Any
 
 from harness import ROOT, provider, save
 
-from chat.engine.rounds import COMPLETED, Round, RoundLoop, Tool
+from chat.engine.rounds import Round, RoundLoop, Tool
+from chat.vocabulary import Status
 
 TTFT_MS = 300
 TOKENS_PER_SECOND = 40  # the product's default offline pace
@@ -202,7 +203,7 @@ async def stream_every_round(messages: list[dict[str, Any]], max_rounds: int) ->
     sink = _Sink()
     loop = RoundLoop(chat_provider.open_stream, [search_tool()], sink, max_rounds)
     outcome = await loop.run(messages)
-    if outcome.status != COMPLETED:
+    if outcome.status != Status.COMPLETED:
         raise RuntimeError(f"our loop ended {outcome.status}: {outcome.error} {outcome.detail}")
     usages = [rnd.usage for rnd in loop.rounds]
     if any(u.estimated for u in usages):
