@@ -92,7 +92,6 @@ clean:
 # secret); the performance benches (bench/harness.py) serve it as production
 # does, and write docs/benchmarks.md. About 25 minutes; Node.js runs the load.
 bench load: export DJANGO_DEBUG ?= true
-bench: export DJANGO_DEBUG ?= true
 bench: $(VENV)/installed $(VENV)/bench-installed chromium
 	$(PY) bench/probe_vs_stream.py
 	$(PY) bench/relay_overhead.py
@@ -121,7 +120,6 @@ eval: $(VENV)/installed
 
 # Every turn's invariants under load: one process on SQLite, then two on
 # PostgreSQL and Redis when this machine runs them.
-load: export DJANGO_DEBUG ?= true
 load: $(VENV)/installed
 	$(PY) bench/load.py 200 3
 	@if command -v pg_isready >/dev/null && pg_isready -q -h 127.0.0.1 -p 5432; then \

@@ -100,11 +100,12 @@ def search_tool() -> Tool:
 def system_prompt() -> str:
     """The product's system prompt, with the demo help center's overview,
     read from the fixture rather than the database."""
-    from chat.engine.prompt import SYSTEM_PROMPT
+    from chat.engine.prompt import IN_ENGLISH, SYSTEM_PROMPT
 
     articles = json.loads((ROOT / "helpcenter" / "fixtures" / "help_center.json").read_text())
     titles = [a["fields"]["title"] for a in articles if a["model"] == "helpcenter.article"]
-    return SYSTEM_PROMPT.format(overview="\n".join(f"- {title}" for title in titles))
+    # The demo help center is in English.
+    return SYSTEM_PROMPT.format(languages=IN_ENGLISH, overview="\n".join(f"- {title}" for title in titles))
 
 
 def _measure(start: float, first: float | None, calls: int, usage: tuple[int, int], text: str) -> dict[str, Any]:
