@@ -80,19 +80,20 @@ function inbox(socket) {
         });
 }
 
-async function connect(address, forwardedFor) {
-  const cookie = await session(address, forwardedFor);
+async function connect(address, forwardedFor, cookie = null) {
+  // A page that reconnects keeps its session: only a new visitor asks GET / for one.
+  cookie = cookie || (await session(address, forwardedFor));
   const socket = await open(address, cookie, forwardedFor);
-  return [socket, inbox(socket)];
+  return [socket, inbox(socket), cookie];
 }
 
 async function visitor(number) {
   const address = config.addresses[number % config.addresses.length];
   const forwardedFor = `10.${(number >> 16) & 255}.${(number >> 8) & 255}.${number & 255}`;
   await sleep((config.rampSeconds * 1000 * number) / config.visitors);
-  let socket, next;
+  let socket, next, cookie;
   try {
-    [socket, next] = await connect(address, forwardedFor);
+    [socket, next, cookie] = await connect(address, forwardedFor);
   } catch (e) {
     error(`connect: ${e.message}`);
     return;
@@ -119,7 +120,7 @@ async function visitor(number) {
           results.refused++;
           results.openSockets--;
           await sleep(Math.min(30000, 2000 * 2 ** refusals++) * (0.75 + Math.random() / 2));
-          [socket, next] = await connect(address, forwardedFor);
+          [socket, next] = await connect(address, forwardedFor, cookie);
           results.openSockets++;
           break;
         }

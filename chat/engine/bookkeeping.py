@@ -18,8 +18,6 @@ So starts go first, and an end waits at most its slack (a second) longer
 than it would have in order: never for ever, however many starts arrive.
 A turn's own jobs still run one after another (each awaits the one before),
 and on the same thread as every other call, in the order handed to it.
-How late the queue runs is what tells a process it is saturated
-(chat/engine/capacity.py).
 """
 
 from __future__ import annotations
@@ -54,13 +52,6 @@ class Lane:
     @property
     def waiting(self) -> int:
         return sum(1 for _, _, ticket in self._waiting if not ticket.done())
-
-    def lateness(self) -> float:
-        """How far past its deadline the most overdue waiting job is, in
-        seconds (0 when none is): how far behind this process's database
-        work runs."""
-        deadlines = [deadline for deadline, _, ticket in self._waiting if not ticket.done()]
-        return max(0.0, asyncio.get_running_loop().time() - min(deadlines)) if deadlines else 0.0
 
     async def run(self, slack: float, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if self.running < self.width and not self._waiting:
