@@ -90,7 +90,7 @@ clean:
 
 # Benches and the load test serve the app as `make run` does (DEBUG on, a local
 # secret); the performance benches (bench/harness.py) serve it as production
-# does, and write docs/benchmarks.md. About 25 minutes; Node.js runs the load.
+# does, and write docs/benchmarks.md. About 40 minutes; Node.js runs the load.
 bench load: export DJANGO_DEBUG ?= true
 bench: $(VENV)/installed $(VENV)/bench-installed chromium
 	$(PY) bench/probe_vs_stream.py
