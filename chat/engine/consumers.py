@@ -178,7 +178,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._stop_turn()
             await database_sync_to_async(access.forget_visitor)(self.visitor.hash)
             await self.close(code=CLOSE_REFUSED, reason="Started over.")
-        elif self._turn_running():
+        elif await hub.current().busy(self.joined):
             await self._busy()
         else:
             await self._start_turn(frame["text"])

@@ -308,6 +308,26 @@ class Hub:
         """Whether this process knows of a turn of the visitor running."""
         return visitor in self.owned or visitor in self.remote
 
+    async def busy(self, visitor: str | None) -> bool:
+        """Whether a turn of the visitor runs, for a new message: one run
+        here, as this process knows; one run elsewhere, as the database says.
+        What this process heard of another's turn lags its end by a round
+        trip through the channel layer: a tab that connected as it ended
+        reads it ended in its history, and may ask again before the owner's
+        answer (`hub.gone`) arrives."""
+        if visitor is None:
+            return False
+        if visitor in self.owned:
+            return True
+        remote = self.remote.get(visitor)
+        if remote is None:
+            return False
+        running = await database_sync_to_async(records.running_turn)(visitor)
+        if running is None:
+            self._forget_remote(visitor, remote.turn_id)
+            return False
+        return True
+
     async def stop(self, tab: Tab, visitor: str | None) -> asyncio.Task | None:
         """A tab's Stop, for the visitor's running turn wherever it runs.
         Returns the turn's task when it runs here."""
@@ -470,10 +490,18 @@ class Hub:
                 return
 
     async def _on_resume(self, message: dict[str, Any]) -> None:
+        visitor, turn_id = message["visitor"], message["turn_id"]
+        if turn_id <= self._ended.get(visitor, 0):
+            return  # late: the tabs here saw its end, or a later turn's
         wanted = set(message["tabs"])
-        for tab in list(self.tabs.get(message["visitor"], ())):
+        for tab in list(self.tabs.get(visitor, ())):
+            watched = self.watched.get(tab)
+            if watched is not None and watched.turn_id > turn_id:
+                # Late: the tab read this turn's end from the database and
+                # follows the next one (turn ids only grow).
+                continue
             if tab.tab_id in wanted:
-                await self._resume(tab, message["turn_id"], message["seq"], message["text"])
+                await self._resume(tab, turn_id, message["seq"], message["text"])
 
     async def _on_frames(self, message: dict[str, Any]) -> None:
         visitor, turn_id = message["visitor"], message["turn_id"]

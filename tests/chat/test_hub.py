@@ -217,6 +217,44 @@ async def test_a_turn_whose_process_died_is_ended_in_the_tabs_by_the_sweeper(tab
     await tab.close()
 
 
+@database_sync_to_async
+def turn_running_elsewhere(key: str) -> Turn:
+    """A turn another process runs (alive: its heartbeat is fresh), of the
+    visitor with this session key."""
+    conversation = Conversation.objects.create(visitor_hash=hash_key(key))
+    return Turn.objects.create(
+        conversation=conversation, user_text="q", model="m", owner="specific.other!process", heartbeat_at=timezone.now()
+    )
+
+
+@pytest.mark.parametrize("ends_before_the_message", [True, False], ids=["ended", "still running"])
+async def test_a_message_is_busy_while_another_process_runs_the_turn_and_not_once_it_ended(
+    use_provider, ends_before_the_message
+):
+    """A tab that connects while another process runs the turn watches it
+    from here. The owner's word that it ended comes through the channel
+    layer (here, never: it is slow); the tab reads the end in its history
+    first, and its next message starts a turn. While the turn runs, it is busy."""
+    key = await new_session_key()
+    turn = await turn_running_elsewhere(key)
+    tab = await ChatClient.connect(key)  # asks the owner to be watched; no answer comes
+    assert await tab.communicator.receive_nothing(timeout=0.2)
+    if ends_before_the_message:
+        await database_sync_to_async(Turn.objects.filter(pk=turn.pk).update)(
+            status=Turn.Status.COMPLETED, assistant_text="Done elsewhere."
+        )
+    use_provider.queue([text("Next."), finish("stop")])
+    await tab.send({"type": "message", "text": "and now?"})
+    frame = await tab.receive()
+    if ends_before_the_message:
+        assert frame["type"] == "turn.started", frame
+        await tab.finish(frame["turn_id"])
+    else:
+        assert (frame["type"], frame["code"]) == ("error", "busy")
+        assert await database_sync_to_async(Turn.objects.count)() == 1
+    await tab.close()
+
+
 async def test_shutdown_ends_the_turn_in_every_tab_with_its_reason(tabs, use_provider):
     use_provider.queue([text("Working"), WaitFor(asyncio.Event()), finish("stop")])
     first, second = await tabs(), await tabs()
@@ -397,6 +435,29 @@ async def test_a_tab_of_another_process_is_resumed_then_follows(processes):
     deltas = [f for f in there.frames if f["type"] == "delta"]
     assert [(f["seq"], f["text"]) for f in deltas] == [(2, " wide"), (3, " world")]
     assert [f["seq"] for f in here.frames if f["type"] == "delta"] == [1, 2, 3]
+    broadcast.task.cancel()
+
+
+async def test_a_late_resume_of_an_ended_turn_does_not_take_the_tab_off_the_next_one(processes):
+    """A tab asked the owner of a running turn to be watched; the turn ended,
+    the tab read its end from the database and started the next turn here.
+    The owner's answer (`hub.resume`) arrives after that: it is ignored,
+    and the tab goes on receiving its own turn, then nothing of the old one."""
+    owner, here = processes
+    tab = FakeTab("tab")
+    await here.join(tab, "v8", None)
+    broadcast = await here.own(81, "v8")
+    broadcast.task = sleeper()
+    await here.publish(broadcast, {"type": "turn.started", "turn_id": 81})
+    late = {"type": "hub.resume", "visitor": "v8", "turn_id": 80, "seq": 2, "text": "Old answer", "tabs": ["tab"]}
+    await owner.layer.send(here.channel, late)
+    await asyncio.sleep(0.2)  # read and handled by `here`
+    await here.publish(broadcast, {"type": "delta", "turn_id": 81, "text": "New"})
+    await here.publish(broadcast, {"type": "turn.ended", "turn_id": 81, "status": "completed"})
+    await tab.wait_for("turn.ended")
+    await owner.layer.send(here.channel, late)  # after the next turn's end: still late
+    await asyncio.sleep(0.2)
+    assert [(f["type"], f["turn_id"]) for f in tab.frames] == [("turn.started", 81), ("delta", 81), ("turn.ended", 81)]
     broadcast.task.cancel()
 
 
