@@ -90,6 +90,10 @@ async def one_turn(socket, question: str, ending: str, rng: random.Random) -> Tu
     asked = time.perf_counter()
     await socket.send(json.dumps({"type": "message", "text": question}))
     frame = await receive(socket)
+    # Before it: an answer to a look after a reconnect (follow_resumed), or
+    # the end of the dropped turn that look read, coming late from its owner.
+    while frame["type"] in ("history", "turn.ended"):
+        frame = await receive(socket)
     assert frame["type"] == "turn.started", frame
     turn = TurnSeen(frame["turn_id"], ending, asked_at=asked)
     stop_after = rng.randint(1, 8)
@@ -127,14 +131,23 @@ async def one_turn(socket, question: str, ending: str, rng: random.Random) -> Tu
 async def follow_resumed(socket, dropped: TurnSeen) -> None:
     """A dropped turn runs on for KOOKEE_RESUME_GRACE_SECONDS: the tab that
     reconnects is given it (`turn.resume`, the answer so far, then the live
-    frames) and follows it to its end, as the page does. A turn that ended
-    before the tab came back sends nothing."""
-    try:
-        frame = json.loads(await asyncio.wait_for(socket.recv(), 2))
-    except TimeoutError:
-        return
-    assert frame["type"] == "turn.resume" and frame["turn_id"] == dropped.turn_id, frame
-    dropped.resumed = frame["text"]
+    frames) and follows it to its end. As the page does, the tab asks for
+    the history on connecting, and waits for the resume while the history
+    says the turn is still streaming: a loaded process, or one that must ask
+    the turn's owner through Redis, may take seconds to send it, and a
+    visitor who asked again before it came would rightly be told `busy`."""
+    await socket.send(json.dumps({"type": "history"}))
+    while True:
+        frame = await receive(socket)
+        if frame["type"] == "turn.resume" and frame["turn_id"] == dropped.turn_id:
+            dropped.resumed = frame["text"]
+            break
+        if frame["type"] == "history":
+            stored = [t for t in frame["turns"] if t["turn_id"] == dropped.turn_id]
+            if not stored or stored[0]["status"] != "streaming":
+                return  # it ended before the tab came back: nothing to follow
+            await asyncio.sleep(0.5)  # not resumed yet: look again shortly, as the page does
+            await socket.send(json.dumps({"type": "history"}))
     while True:
         frame = await receive(socket)
         if frame.get("turn_id") != dropped.turn_id:
@@ -213,6 +226,9 @@ async def main(visitors: int, turns: int, processes: int, database: str, redis: 
         "KOOKEE_TURNS_PER_MINUTE_PER_ADDRESS": "1000000",  # every visitor here is 127.0.0.1
         "KOOKEE_TURNS_PER_MINUTE": "1000",
         "KOOKEE_SOCKETS_PER_NETWORK": "100000",  # one network, many visitors
+        # A network may spend 5% of the site's day: here every visitor is one
+        # network, and 600 help questions spend about 1.5 million tokens.
+        "KOOKEE_TOKENS_PER_DAY": "100000000000",
     }
     if database:
         env["DATABASE_URL"] = database
