@@ -153,6 +153,11 @@ async function visitor(number) {
       error(e.message);
       break;
     }
+    if (config.pauseSeconds) {
+      // A visitor who reads the answer and types the next question: a pause
+      // of pauseSeconds on average (half to one and a half times it).
+      await sleep(config.pauseSeconds * 1000 * (0.5 + Math.random()));
+    }
   }
   socket.close();
 }

@@ -98,9 +98,7 @@ def _headline() -> str:
                 r["first_delta_p99_ms"] <= 400,
             )
         )
-    stretch = [r for r in load("concurrency_stretch") or [] if r["path"] == "/ws/chat/"]
-    if stretch:
-        r = stretch[0]
+    for r in [r for r in load("concurrency_stretch") or [] if r["path"] == "/ws/chat/"]:
         rows.append(
             (
                 f"{r['visitors']:,} visitors on two processes ({r['label'].removeprefix('2 x daphne, ')}): every"
