@@ -21,6 +21,12 @@ const results = {
   completed: 0,
   stopped: 0,
   firstDelta: [],
+  // The running turns' pace: the time between two deltas of an answer (the
+  // provider sends one every 1/tokensPerSecond).
+  gaps: [],
+  // From a search's end to the answer's first delta (the next round's TTFT
+  // and the server's work between rounds).
+  afterTool: [],
   chars: 0,
   frames: 0,
   errors: {},
@@ -110,6 +116,10 @@ async function visitor(number) {
     socket.send(JSON.stringify({ type: "message", text: `${question} ${marker}` }));
     let deltas = 0;
     let first = null;
+    let last = null;
+    const gaps = [];
+    const afterTool = [];
+    let toolEnded = null;
     let chars = 0;
     let frames = 0;
     try {
@@ -133,16 +143,26 @@ async function visitor(number) {
           deltas++;
           chars += frame.text.length;
           if (first === null) first = item.arrived - sentAt;
+          else if (last !== null) gaps.push(item.arrived - last);
+          if (toolEnded !== null) afterTool.push(item.arrived - toolEnded);
+          toolEnded = null;
+          last = item.arrived;
           if (deltas === stopAfter) {
             if (counted) results.stops.push({ marker, sentAt: performance.timeOrigin + performance.now() });
             socket.send(JSON.stringify({ type: "stop" }));
           }
+        } else if (frame.type === "tool") {
+          // A round ended: the next delta starts another round's stream.
+          last = null;
+          if (frame.status !== "started") toolEnded = item.arrived;
         } else if (frame.type === "turn.ended") {
           asked++;
           if (counted) {
             results.turns++;
             results[frame.status === "interrupted" ? "stopped" : "completed"]++;
             if (first !== null) results.firstDelta.push(first);
+            results.gaps.push(...gaps);
+            results.afterTool.push(...afterTool);
             results.chars += chars;
             results.frames += frames;
           }
@@ -176,4 +196,6 @@ setTimeout(() => {
 await Promise.all(Array.from({ length: config.visitors }, (_, n) => visitor(n)));
 results.clientCpuSeconds = cpu ? (cpu.user + cpu.system) / 1e6 : null;
 results.firstDelta.sort((a, b) => a - b);
+results.gaps.sort((a, b) => a - b);
+results.afterTool.sort((a, b) => a - b);
 console.log(JSON.stringify(results));

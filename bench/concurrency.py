@@ -125,6 +125,11 @@ def measure(
         "error_kinds": result["errors"],
         "first_delta_p50_ms": _round(percentile(first, 0.5)),
         "first_delta_p99_ms": _round(percentile(first, 0.99)),
+        # The running turns' pace: the provider sends a chunk every 25 ms.
+        "gap_p50_ms": _round(percentile(result["gaps"], 0.5)),
+        "gap_p99_ms": _round(percentile(result["gaps"], 0.99)),
+        "after_search_p50_ms": _round(percentile(result["afterTool"], 0.5)),
+        "after_search_p99_ms": _round(percentile(result["afterTool"], 0.99)),
         "server_cpu_percent": round(100 * server_cpu / elapsed, 1),
         "chars": result["chars"],
         "frames": result["frames"],
@@ -208,6 +213,8 @@ def _line(row: dict[str, Any]) -> str:
     return (
         f"{row['server']} x{row['processes']} {row['path']:10} {row['visitors']:5} visitors: {row['turns']} turns,"
         f" first delta p50/p99 {row['first_delta_p50_ms']}/{row['first_delta_p99_ms']} ms,"
+        f" between deltas p50/p99 {row.get('gap_p50_ms')}/{row.get('gap_p99_ms')} ms,"
+        f" answer after search p50/p99 {row.get('after_search_p50_ms')}/{row.get('after_search_p99_ms')} ms,"
         f" server CPU {row['server_cpu_percent']}%, {row['cpu_us_per_char']} us/char,"
         f" {row['cpu_ms_per_turn']} ms/turn, client CPU {row['client_cpu_percent']}%,"
         f" {row['kb_per_connection']} KB/conn, errors {row['errors']} {row['error_kinds'] or ''},"
@@ -344,6 +351,25 @@ def section(sweep: list[dict[str, Any]], charts: Path) -> str:
             f" {_value(b, 'kb_per_connection', ' KB')} | {a['client_cpu_percent']:.0f}% |"
             f" {a['errors'] + b.get('errors', 0)} |"
         )
+    paced = [v for v in sorted(app) if app[v].get("gap_p99_ms") is not None]
+    if paced:
+        lines += [
+            "",
+            "**Where a turn waits.** Once an answer streams, it keeps the provider's pace at every level (a chunk every"
+            f" {1000 / TOKENS_PER_SECOND:.0f} ms): the wait is before each round's stream, for the first delta and"
+            " again for the answer after the search (the next round's time to first token, 300 ms, plus the"
+            " server's work between rounds), where every turn's requests, database work and query embedding queue"
+            " for the same CPU.",
+            "",
+            "| visitors | first delta p50 / p99 | answer after the search p50 / p99 | between two deltas p50 / p99 |",
+            "| ---: | ---: | ---: | ---: |",
+            *[
+                f"| {v} | {_pair(app[v], 'first_delta_p50_ms', 'first_delta_p99_ms')} |"
+                f" {_pair(app[v], 'after_search_p50_ms', 'after_search_p99_ms')} |"
+                f" {_pair(app[v], 'gap_p50_ms', 'gap_p99_ms')} |"
+                for v in paced
+            ],
+        ]
     if len(app) >= 2:
         low, high = min(app), max(app)
         marginal = 1024 * (app[high]["rss_mb"] - app[low]["rss_mb"]) / (high - low)
@@ -423,13 +449,21 @@ def section(sweep: list[dict[str, Any]], charts: Path) -> str:
         lexical = next((r for r in _load("concurrency_variants") if r["label"].startswith("daphne, lexical")), None)
         if at_200 and bare_200:
             per_second = at_200["turns"] / at_200["seconds"]
+            floor = _load_one("floor")
             embedding = (
                 f" Of those {at_200['cpu_ms_per_turn']:.1f} ms, the local query embedding takes about"
-                f" {at_200['cpu_ms_per_turn'] - lexical['cpu_ms_per_turn']:.0f} ms (the same run with"
-                f" KOOKEE_EMBEDDINGS=off spent {lexical['cpu_ms_per_turn']:.1f} ms a turn), on a second core."
-                if lexical
+                f" {floor['query_embedding']['cpu_ms_per_query']:.0f} ms (section 5), outside Python's lock, on a"
+                " second core."
+                if floor
                 else ""
             )
+            if lexical:
+                embedding += (
+                    f" The same run with KOOKEE_EMBEDDINGS=off spent {lexical['cpu_ms_per_turn']:.1f} ms a turn at"
+                    f" {lexical['server_cpu_percent']:.0f}% CPU: less than that much below, because it ran one core"
+                    " of Python flat out, and a saturated process spends more a turn (as the 500 and 1,000 levels"
+                    " show)."
+                )
             lines += [
                 f"At 200 visitors the app ran {per_second:.0f} turns a second at {at_200['cpu_ms_per_turn']:.1f} ms"
                 f" of CPU each, where the bare relay spends {bare_200['cpu_ms_per_turn']:.1f} ms sending the same"
@@ -484,14 +518,14 @@ def targets(sqlite: list[dict], postgres: list[dict], stretch: list[dict]) -> li
         " opens.",
         "",
         "| set-up | visitors | first delta p99, app (bound) | bare relay | Stop p99 | CPU per character, app / bare"
-        " | every socket opens |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        " | every socket opens | running turns' pace: between two deltas p50 / p99 (the provider's: 25 ms) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for label, rows, visitors, bound in setups:
         app = next((r for r in rows if r["path"] == "/ws/chat/" and r["visitors"] == visitors), None)
         bare = next((r for r in rows if r["path"] == "/ws/bare/" and r["visitors"] == visitors), None)
         if app is None:
-            lines.append(f"| {label} | {visitors} | not measured (no server for it here) | | | | |")
+            lines.append(f"| {label} | {visitors} | not measured (no server for it here) | | | | | |")
             continue
         p99 = app["first_delta_p99_ms"]
         stops = app["stop_ms"]
@@ -505,12 +539,20 @@ def targets(sqlite: list[dict], postgres: list[dict], stretch: list[dict]) -> li
             f" {'-' if ratio is None else f'{ratio:.1f}x: ' + _verdict(ratio <= 3)} |"
             f" {_verdict(not unopened) if not app.get('refused') else 'refused ' + str(app['refused']) + ' (4503)'}"
             f"{'' if not unopened else f', {unopened} errors'} |"
+            f" {_pair(app, 'gap_p50_ms', 'gap_p99_ms')} |"
         )
     return [*lines, ""]
 
 
 def _verdict(met: bool) -> str:
     return "met" if met else "missed"
+
+
+def _load_one(name: str) -> dict[str, Any] | None:
+    import json
+
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _load(name: str) -> list[dict[str, Any]]:

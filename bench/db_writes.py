@@ -149,7 +149,7 @@ def section(results: list[dict[str, Any]], charts: Path) -> str:
     import matplotlib.pyplot as plt
 
     lines = [
-        "## 5. Database writes per turn",
+        "## 6. Database writes per turn",
         "",
         "Whole turns run through the app's own code against the bench provider, with every answer padded to a"
         f" given length and streamed at {TOKENS_PER_SECOND} tokens/s; every SQL statement is counted.",

@@ -136,7 +136,7 @@ def section(results: dict, charts: Path) -> str:
     progress = ", ".join(f"{t} s: {d:,} of {n:,}" for t, d, n in r["progress"][:: max(1, len(r["progress"]) // 5)])
     return "\n".join(
         [
-            "## 8. Importing a help center",
+            "## 9. Importing a help center",
             "",
             "**HTML to Markdown** (bench/import/convert.py). Chosen on the test website's pages"
             " (tests/helpcenter/site, which the importer's tests use too), then checked on pages held out of the"

@@ -24,6 +24,7 @@ SECTIONS = [
     "relay_overhead",
     "stop_latency",
     "concurrency",
+    "floor",
     "db_writes",
     "soak",
     "search_scale",

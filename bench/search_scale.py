@@ -137,7 +137,7 @@ def section(results: dict, charts: Path) -> str:
     path = RESULTS / "eval.json"
     evaluation = json.loads(path.read_text()) if path.exists() else None
     lines = [
-        "## 7. Search",
+        "## 8. Search",
         "",
         "`make eval` (bench/eval.py) asks the demo help center 240 questions written the way customers write"
         " (paraphrases, typos, slang, Portuguese; 44 it does not answer), split in halves: thresholds and weights"

@@ -265,7 +265,7 @@ def section(results: dict[str, Any], charts: Path) -> str:
 
     pace = results["provider"]
     lines = [
-        "## 6. Memory over time",
+        "## 7. Memory over time",
         "",
         f"One {results['server']} process on {_DATABASES[results['database']]} served {results['visitors']}"
         f" visitors asking help questions back to back for {results['minutes']:g} minutes"
