@@ -23,6 +23,9 @@ class Conversation(models.Model):
     source_url = models.CharField(max_length=500, blank=True, editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True, db_index=True)
+    # Erased at the visitor's request (chat/support/erasure.py): its requests
+    # for a person are closed, and nobody may write in it again.
+    erased_at = models.DateTimeField(_("erased at"), null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["-updated_at"]
@@ -384,7 +387,8 @@ class Message(models.Model):
         related_name="+",
         verbose_name=_("written by"),
     )
-    # A helpdesk's own id for its reply: the same one twice is one message.
+    # A helpdesk's own id for its reply, unique across all requests: the
+    # same one twice, to any request, is one message (a retry, or a replay).
     external_id = models.CharField(_("helpdesk message id"), max_length=200, blank=True)
     created_at = models.DateTimeField(_("sent at"), default=timezone.now, db_index=True)
     # A reply: when a tab of the visitor first showed it (live, or in its
@@ -402,9 +406,9 @@ class Message(models.Model):
         indexes = [models.Index(fields=["conversation", "created_at"])]
         constraints = [
             models.UniqueConstraint(
-                fields=["handoff", "external_id"],
+                fields=["external_id"],
                 condition=~models.Q(external_id=""),
-                name="one_message_per_helpdesk_id",
+                name="one_message_per_helpdesk_id_anywhere",
             )
         ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 
 def storable(text: str) -> str:
@@ -10,6 +11,18 @@ def storable(text: str) -> str:
     surrogate (a provider can send both as JSON escapes)."""
     text = text.replace("\x00", "\ufffd")
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+# Needed by emoji and some scripts, and they reorder nothing.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def visible(line: str) -> str:
+    """The line without control or format characters: bidi overrides,
+    embeddings, isolates and marks could show it reordered, or as part of
+    the text around it (a name beside its time, a line of an email)."""
+    line = line.replace("\t", " ")
+    return "".join(c for c in line if c in _JOINERS or unicodedata.category(c) not in ("Cc", "Cf", "Cs"))
 
 
 # An answer cut short (a Stop, a limit, a failure) ends mid-markup: "**[Moderating

@@ -361,6 +361,11 @@ KOOKEE_HANDOFF_WEBHOOK_SECRET = env("KOOKEE_HANDOFF_WEBHOOK_SECRET", default="")
 # The old signature of the body alone (X-Kookee-Signature), sent beside the
 # timestamped one while receivers move over; deprecated, to default to false.
 KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE = env.bool("KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE", default=True)
+# A helpdesk's replies (chat/support/api.py) are signed over the time, the
+# method, the path and the body. The old signature of the body alone replays
+# anywhere, forever: accepted only while this deprecation switch is on, for an
+# integration written before the change (docs/operations.md says how to move).
+KOOKEE_HANDOFF_REPLY_LEGACY_SIGNATURE = env.bool("KOOKEE_HANDOFF_REPLY_LEGACY_SIGNATURE", default=False)
 KOOKEE_HANDOFF_WEBHOOK_TIMEOUT = env.float("KOOKEE_HANDOFF_WEBHOOK_TIMEOUT", default=5.0)
 KOOKEE_HANDOFF_WEBHOOK_RETRIES = env.int("KOOKEE_HANDOFF_WEBHOOK_RETRIES", default=3)
 KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS = env.float("KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS", default=2.0)

@@ -972,12 +972,13 @@ def _signed_reply(stack: Stack, handoff_id: int, body: dict, secret: str, proces
     import hashlib
     import hmac
 
-    raw = json.dumps(body).encode()
-    signature = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+    # Signed as a helpdesk signs it (docs/operations.md): the time, the method, the path as requested, the body.
+    raw, path, t = json.dumps(body).encode(), f"/api/handoffs/{handoff_id}/messages", int(time.time())
+    signature = f"t={t},v1=" + hmac.new(secret.encode(), f"{t}.POST.{path}.".encode() + raw, hashlib.sha256).hexdigest()
     connection = http.client.HTTPSConnection("127.0.0.1", stack.https_port, context=stack.ssl, timeout=20)
     try:
         headers = {"Content-Type": "application/json", "X-Kookee-Signature": signature, "X-Kookee-Process": process}
-        connection.request("POST", f"/api/handoffs/{handoff_id}/messages", body=raw, headers=headers)
+        connection.request("POST", path, body=raw, headers=headers)
         response = connection.getresponse()
         return response.status, json.loads(response.read() or b"{}")
     finally:

@@ -34,7 +34,8 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     arguments and results, and their names unless one of our tools, search
     queries, rating comments, the reasons and addresses of requests for a
     person, the messages between Support and the visitor, the page they
-    came from, client addresses; the visitor's key is revoked.
+    came from, client addresses; the visitor's key is revoked, and the
+    requests for a person are closed for good (no reply is taken after).
     Turns are kept, marked erased, with their numbers, for the ledger that
     protects them. Logged, without any of the text. Returns the
     conversations erased.
@@ -57,12 +58,19 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     Search.objects.filter(turn__in=turns).update(query="", terms="")
     Feedback.objects.filter(turn__in=turns).update(comment="")  # the rating stays: it names nobody
     Handoff.objects.filter(conversation__in=conversations).update(reason="", email="", client_network="")
+    # Nobody answers in it again: a helpdesk's reply (or a replay of one)
+    # would store text in an erased conversation (chat/support/replies.py).
+    Handoff.objects.filter(conversation__in=conversations, status__in=Handoff.PENDING).update(
+        status=Handoff.Status.CLOSED, closed_at=now
+    )
     # What Support and the visitor wrote to each other, and Support's notes
     # (they quote the visitor); who wrote and when stay, as for turns.
     Message.objects.filter(conversation__in=conversations).update(
         text="", external_id="", erased_at=Coalesce("erased_at", Value(now))
     )
-    Conversation.objects.filter(pk__in=[c.pk for c in conversations]).update(visitor_hash="", source_url="")
+    Conversation.objects.filter(pk__in=[c.pk for c in conversations]).update(
+        visitor_hash="", source_url="", erased_at=Coalesce("erased_at", Value(now))
+    )
     turns.update(
         user_text="",
         assistant_text="",

@@ -130,8 +130,10 @@ class HandoffAdmin(ModelAdmin):
 
     def render_change_form(self, request, context, *args, obj=None, **kwargs):
         may_change = obj is not None and self.has_change_permission(request, obj)
-        context["moves"] = _moves(obj) if may_change else []
-        context["may_reply"] = may_change and obj.status != Handoff.Status.CLOSED
+        # An erased conversation's request stays closed: nobody writes in it again.
+        open_to_moves = may_change and obj.conversation.erased_at is None
+        context["moves"] = _moves(obj) if open_to_moves else []
+        context["may_reply"] = open_to_moves and obj.status != Handoff.Status.CLOSED
         context["may_note"] = may_change
         if obj is not None:
             context["thread"] = thread(obj)
@@ -156,7 +158,10 @@ class HandoffAdmin(ModelAdmin):
         try:
             replies.reply(handoff.pk, text, user=request.user)
         except replies.Closed:
-            self.message_user(request, _("This request is closed: reopen it to reply."), messages.ERROR)
+            if handoff.conversation.erased_at is not None:
+                self.message_user(request, _("This conversation was erased: nobody can reply in it."), messages.ERROR)
+            else:
+                self.message_user(request, _("This request is closed: reopen it to reply."), messages.ERROR)
             return back
         self.log_change(request, handoff, "reply")
         self.message_user(request, _("Sent to the visitor."), messages.SUCCESS)
@@ -193,7 +198,11 @@ class HandoffAdmin(ModelAdmin):
         if not self.has_change_permission(request):
             raise PermissionDenied
         conversation = get_object_or_404(Conversation, pk=conversation_id)
-        handoff = replies.answer_conversation(conversation.pk, request.user)
+        try:
+            handoff = replies.answer_conversation(conversation.pk, request.user)
+        except replies.Closed:
+            self.message_user(request, _("This conversation was erased: nobody can reply in it."), messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:chat_conversation_change", args=[conversation.pk]))
         if handoff.claimed_by_id != request.user.pk:
             self.message_user(
                 request,
@@ -345,7 +354,9 @@ def _apply(move: str, queryset, user) -> int:
         fields |= {"claimed_by": None, "claimed_at": None, "closed_at": None, "agent_name": ""}
     moved: list[int] = []
     # select_related(None): the changelist's queryset follows claimed_by, which only() defers.
-    for handoff in queryset.filter(status__in=sources).select_related(None).only("id", "conversation_id"):
+    # An erased conversation's requests never move again (chat/support/erasure.py).
+    movable = queryset.filter(status__in=sources, conversation__erased_at__isnull=True)
+    for handoff in movable.select_related(None).only("id", "conversation_id"):
         # Reopening one must not make two waiting requests in a conversation.
         if target == Handoff.Status.OPEN and (
             Handoff.objects.filter(conversation_id=handoff.conversation_id, status__in=Handoff.PENDING)
@@ -355,7 +366,8 @@ def _apply(move: str, queryset, user) -> int:
             continue
         try:
             with transaction.atomic():  # a savepoint: a request or a reopen racing in may have won
-                if Handoff.objects.filter(pk=handoff.pk, status__in=sources).update(**fields):
+                still = Handoff.objects.filter(pk=handoff.pk, status__in=sources, conversation__erased_at__isnull=True)
+                if still.update(**fields):
                     moved.append(handoff.pk)
         except IntegrityError:
             continue  # another request of the conversation waits now

@@ -34,7 +34,6 @@ import json
 import logging
 import re
 import time
-import unicodedata
 from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
@@ -52,6 +51,7 @@ from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from chat.models import Conversation, Handoff, Turn
+from chat.text import visible
 from chat.visitors import access
 from chat.visitors.identity import Visitor
 from chat.visitors.limits import LimitReached
@@ -348,19 +348,7 @@ def _written(notice: dict[str, Any]) -> list[str]:
 def _quoted(text: str) -> list[str]:
     # Every line break splitlines() knows: a mail client may break a line at
     # any of them (\r, \v, \f, \x1c-\x1e, \x85, U+2028, U+2029).
-    return ["> " + _visible(line) for line in text.splitlines()]
-
-
-# Needed by emoji and some scripts, and they reorder nothing.
-_JOINERS = frozenset("\u200c\u200d")
-
-
-def _visible(line: str) -> str:
-    """The line without control or format characters: bidi overrides,
-    embeddings, isolates and marks could show it reordered, or as part of
-    the lines around it."""
-    line = line.replace("\t", " ")
-    return "".join(c for c in line if c in _JOINERS or unicodedata.category(c) not in ("Cc", "Cf", "Cs"))
+    return ["> " + visible(line) for line in text.splitlines()]
 
 
 async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:

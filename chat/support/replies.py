@@ -40,6 +40,7 @@ from django.utils.translation import gettext as _
 
 from chat.models import Conversation, Handoff, Message
 from chat.support import handoffs
+from chat.text import visible
 
 logger = logging.getLogger("kookee.replies")
 
@@ -50,7 +51,7 @@ _link_signer = signing.TimestampSigner(salt="kookee.reply-link")
 
 
 class Closed(Exception):
-    """The request was closed: nobody answers in it any more."""
+    """The request was closed, or its conversation erased: nobody answers in it any more."""
 
 
 # --- Support writes ------------------------------------------------------------------------------
@@ -66,17 +67,22 @@ def reply(handoff_id: int, text: str, *, user=None, author: str = "", external_i
     """Support's reply to the visitor of a request: stored, then sent to
     their tabs once the transaction commits. A reply to a waiting request
     claims it for its author. Returns the message, and whether it is new (a
-    helpdesk's `external_id` seen before returns the first one). Raises
-    Handoff.DoesNotExist, or Closed."""
-    author = (author or (author_name(user) if user else "") or _("Support"))[:AUTHOR_CHARS]
+    helpdesk's `external_id` seen before, in any request, returns the first
+    one). Raises Handoff.DoesNotExist, or Closed."""
+    # On one line with no format characters: a bidi override in a name
+    # would reorder the time shown beside it.
+    author = " ".join(visible(author or (author_name(user) if user else "")).split()) or _("Support")
+    author = author[:AUTHOR_CHARS]
     with transaction.atomic():
-        handoff = Handoff.objects.select_for_update().get(pk=handoff_id)
+        handoff = Handoff.objects.select_for_update(of=("self",)).select_related("conversation").get(pk=handoff_id)
+        if handoff.conversation.erased_at is not None:
+            raise Closed(_("The conversation was erased."))
         if external_id:
-            known = Message.objects.filter(handoff=handoff, external_id=external_id).first()
+            known = Message.objects.filter(external_id=external_id).first()
             if known is not None:
                 return known, False
         if handoff.status == Handoff.Status.CLOSED:
-            raise Closed
+            raise Closed(_("The request is closed."))
         claimed = handoff.status == Handoff.Status.OPEN
         if claimed:
             _claim(handoff, user, author)
@@ -92,7 +98,7 @@ def reply(handoff_id: int, text: str, *, user=None, author: str = "", external_i
                     external_id=external_id,
                 )
         except IntegrityError:
-            return Message.objects.get(handoff=handoff, external_id=external_id), False
+            return Message.objects.get(external_id=external_id), False
         frames = [agent_frame(message)]
         if claimed:
             frames.insert(0, state_frame(handoff))
@@ -117,8 +123,11 @@ def note(handoff_id: int, text: str, user) -> Message:
 @transaction.atomic
 def answer_conversation(conversation_id: int, user) -> Handoff:
     """Support starts answering a conversation nobody asked a person in: its
-    waiting request, else a new one that Support opened, claimed by `user`."""
+    waiting request, else a new one that Support opened, claimed by `user`.
+    Raises Closed for an erased conversation."""
     conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+    if conversation.erased_at is not None:
+        raise Closed(_("The conversation was erased."))
     handoff = Handoff.objects.filter(conversation=conversation, status__in=Handoff.PENDING).first()
     if handoff is None:
         handoff = Handoff.objects.create(

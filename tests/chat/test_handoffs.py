@@ -1297,9 +1297,9 @@ def test_erasing_a_conversation_erases_its_requests():
     erased.refresh_from_db()
     kept.refresh_from_db()
     assert (erased.reason, erased.email, erased.client_network) == ("", "", "")
-    # The request itself stays, with Support's record of it.
+    # The request itself stays, with Support's record of it, closed for good (nobody replies in it again).
     assert (erased.status, erased.source, erased.email_status, erased.turn_id) == (
-        "open",
+        "closed",
         "visitor",
         "sent",
         turn_id,

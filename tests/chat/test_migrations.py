@@ -68,3 +68,40 @@ def test_conversations_nobody_wrote_to_go_but_the_last_days():
     assert set(Conversation.objects.values_list("pk", flat=True)) == {talked.pk, asked.pk, recent.pk}
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_helpdesk_ids_become_unique_and_erased_conversations_close_their_requests():
+    from django.utils import timezone
+
+    before, after = [("chat", "0014_feedback_review")], [("chat", "0015_replies_bound_and_erasure_closes")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Conversation, Turn = old.get_model("chat", "Conversation"), old.get_model("chat", "Turn")
+    Handoff, Message = old.get_model("chat", "Handoff"), old.get_model("chat", "Message")
+    kept, erased = Conversation.objects.create(visitor_hash="v"), Conversation.objects.create(visitor_hash="")
+    first = Handoff.objects.create(conversation=kept, source="visitor", status="closed")
+    waiting = Handoff.objects.create(conversation=kept, source="visitor")
+    left_open = Handoff.objects.create(conversation=erased, source="visitor", status="claimed")
+    at = timezone.now()
+    Turn.objects.create(conversation=erased, user_text="", model="m", erased_at=at)
+    # The same helpdesk id in two requests: a replay, before ids were unique across requests.
+    one = Message.objects.create(conversation=kept, handoff=first, kind="agent", text="a", external_id="zd-1")
+    two = Message.objects.create(conversation=kept, handoff=waiting, kind="agent", text="a", external_id="zd-1")
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(after)
+    new = executor.loader.project_state(after).apps
+    Conversation, Handoff = new.get_model("chat", "Conversation"), new.get_model("chat", "Handoff")
+    Message = new.get_model("chat", "Message")
+
+    assert Message.objects.get(pk=one.pk).external_id == "zd-1"
+    assert Message.objects.get(pk=two.pk).external_id == f"{waiting.pk}:zd-1"
+    assert Conversation.objects.get(pk=erased.pk).erased_at == at
+    assert Conversation.objects.get(pk=kept.pk).erased_at is None
+    assert Handoff.objects.get(pk=left_open.pk).status == "closed"
+    assert Handoff.objects.get(pk=waiting.pk).status == "open"
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import re
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -65,14 +67,33 @@ def admin_client(user: User) -> Client:
     return client
 
 
-def signed_post(handoff_id: int, body: dict | bytes, secret: str = SECRET, signature: str | None = None):
+def path_of(handoff_id: int) -> str:
+    return f"/api/handoffs/{handoff_id}/messages"
+
+
+def signature_of(raw: bytes, path: str, secret: str = SECRET, t: int | None = None, method: str = "POST") -> str:
+    """As a helpdesk signs a reply (docs/operations.md): the time, the method, the path, the body."""
+    t = int(time.time()) if t is None else t
+    return f"t={t},v1=" + hmac.new(secret.encode(), f"{t}.{method}.{path}.".encode() + raw, hashlib.sha256).hexdigest()
+
+
+def legacy_signature_of(raw: bytes, secret: str = SECRET) -> str:
+    """The deprecated signature: of the body alone."""
+    return "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+
+
+def signed_post(
+    handoff_id: int, body: dict | bytes, secret: str = SECRET, signature: str | None = None, path: str | None = None
+):
+    """POSTs a reply to the request's path (or `path`), signed for that path unless `signature` is given."""
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    path = path or path_of(handoff_id)
     headers = {}
     if signature is None:
-        signature = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+        signature = signature_of(raw, path, secret)
     if signature:
         headers["HTTP_X_KOOKEE_SIGNATURE"] = signature
-    return Client().post(f"/api/handoffs/{handoff_id}/messages", raw, content_type="application/json", **headers)
+    return Client().post(path, raw, content_type="application/json", **headers)
 
 
 async def asked_and_answered(chat, use_provider, email: str = "") -> int:
@@ -352,6 +373,186 @@ def test_with_no_secret_configured_the_helpdesk_api_is_shut(settings):
     settings.KOOKEE_HANDOFF_WEBHOOK_SECRET = ""
     handoff = Handoff.objects.create(conversation=Conversation.objects.create(), source="visitor")
     assert signed_post(handoff.id, {"text": "Hi"}, secret="").status_code == 403
+
+
+def _waiting(visitor: str = "v") -> Handoff:
+    return Handoff.objects.create(conversation=Conversation.objects.create(visitor_hash=visitor), source="visitor")
+
+
+def test_a_signed_reply_replayed_to_another_request_is_refused_and_stores_nothing():
+    first, second = _waiting("v1"), _waiting("v2")
+    raw = json.dumps({"text": "Your refund is on its way", "author": "Kim", "message_id": "zd-1"}).encode()
+    signature = signature_of(raw, path_of(first.id))
+    assert signed_post(first.id, raw, signature=signature).status_code == 201
+
+    # The same bytes and header, sent to another request's address.
+    replayed = signed_post(second.id, raw, signature=signature)
+
+    assert replayed.status_code == 403
+    assert list(Message.objects.values_list("handoff_id", flat=True)) == [first.id]
+    assert Handoff.objects.get(pk=second.id).status == "open"
+
+
+def test_a_reply_is_refused_outside_its_five_minute_window_either_way():
+    handoff = _waiting()
+    raw = json.dumps({"text": "Hi", "author": "Kim", "message_id": "zd-2"}).encode()
+    now = int(time.time())
+    for t in (now - 301, now + 301, 0):
+        response = signed_post(handoff.id, raw, signature=signature_of(raw, path_of(handoff.id), t=t))
+        assert response.status_code == 403, t
+        assert "5" in response.json()["error"] or "seconds" in response.json()["error"]
+    assert not Message.objects.exists()
+    # Within the window, a clock a few minutes off is fine.
+    assert (
+        signed_post(handoff.id, raw, signature=signature_of(raw, path_of(handoff.id), t=now - 290)).status_code == 201
+    )
+
+
+def test_the_signature_binds_the_method_and_the_path():
+    handoff = _waiting()
+    raw = json.dumps({"text": "Hi", "author": "Kim", "message_id": "zd-3"}).encode()
+    path = path_of(handoff.id)
+    assert signed_post(handoff.id, raw, signature=signature_of(raw, path, method="PUT")).status_code == 403
+    assert signed_post(handoff.id, raw, signature=signature_of(raw, path + "/")).status_code == 403
+    assert (
+        signed_post(
+            handoff.id, raw, signature=signature_of(raw, f"/api/handoffs/{handoff.id + 1}/messages")
+        ).status_code
+        == 403
+    )
+    assert not Message.objects.exists()
+    # A sender rotating its secret may sign twice: one match is enough.
+    t = int(time.time())
+    old, new = (signature_of(raw, path, secret=k, t=t).split(",v1=")[1] for k in ("an old secret", SECRET))
+    assert signed_post(handoff.id, raw, signature=f"t={t},v1={old},v1={new}").status_code == 201
+
+
+def test_a_message_id_is_required_and_unique_across_all_requests():
+    first, second = _waiting("v1"), _waiting("v2")
+    for missing in ({"text": "Hi"}, {"text": "Hi", "message_id": ""}, {"text": "Hi", "message_id": "  "}):
+        response = signed_post(first.id, missing)
+        assert response.status_code == 400, missing
+        assert "message_id" in response.json()["error"]
+    for bad in ("zd\x00-1", "zd\n1", "x" * 201, True, 1.5, ["zd-1"], {"id": 1}, "\ud800"):
+        assert signed_post(first.id, {"text": "Hi", "message_id": bad}).status_code == 400, bad
+    assert not Message.objects.exists()
+
+    stored = signed_post(first.id, {"text": "Hi", "author": "Kim", "message_id": "zd-7"})
+    # The same helpdesk id, properly signed for another request: the first message, nothing stored.
+    again = signed_post(second.id, {"text": "Something else", "author": "Eve", "message_id": "zd-7"})
+
+    assert (again.status_code, again.json()) == (201, stored.json())
+    assert list(Message.objects.values_list("handoff_id", "text")) == [(first.id, "Hi")]
+    assert Handoff.objects.get(pk=second.id).status == "open"
+    # Numbers, as helpdesks count their messages, are ids too.
+    assert signed_post(second.id, {"text": "Hello", "message_id": 98121}).status_code == 201
+    assert Message.objects.get(handoff=second).external_id == "98121"
+
+
+def test_malformed_signatures_are_refused_with_400_not_500(caplog):
+    handoff = _waiting()
+    raw = json.dumps({"text": "Hi", "message_id": "zd-1"}).encode()
+    good = signature_of(raw, path_of(handoff.id))
+    for header in (
+        "sha256=\xe9",  # not ASCII: hmac.compare_digest raised on it
+        "t=\xe9,v1=" + "0" * 64,
+        "t=abc,v1=" + "0" * 64,
+        "t=1,v1=zz",
+        "t=99999999999999999999,v1=" + "0" * 64,
+        "v1=" + "0" * 64,
+        good + "\u202e",
+        "sha256=" + "0" * 63,
+        "garbage",
+    ):
+        response = signed_post(handoff.id, raw, signature=header)
+        assert response.status_code == 400, header
+        assert "X-Kookee-Signature" in response.json()["error"]
+    assert not Message.objects.exists()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "no traceback logged"
+
+
+def test_malformed_bodies_and_ids_are_refused_with_400_not_500():
+    handoff = _waiting()
+    for raw in (b"[" * 60_000, b"\xff\xfe", b'{"text": "Hi", "message_id": "1", "author": "' + b"a" * 151 + b'"}'):
+        assert signed_post(handoff.id, raw).status_code == 400, raw[:20]
+    response = Client().post(
+        path_of(handoff.id),
+        b"{}",
+        content_type="application/json",
+        HTTP_X_KOOKEE_SIGNATURE="t=1,v1=" + "0" * 64,
+        CONTENT_LENGTH="abc",
+    )
+    assert response.status_code == 400
+    # A request id no database holds: there is no such request.
+    huge = 99_999_999_999_999_999_999
+    assert signed_post(huge, {"text": "Hi", "message_id": "zd-9"}).status_code == 404
+    assert not Message.objects.exists()
+
+
+def test_text_and_author_are_stored_as_the_socket_stores_them():
+    # A lone surrogate (500 on both databases) and a NUL (500 on PostgreSQL)
+    # are replaced, as in a visitor's message; the author loses its format
+    # characters (a bidi override reversed the time beside it).
+    handoff = _waiting()
+    raw = b'{"text": "Hi \\ud800 there\\u0000!", "author": "Kim\\u202e\\u200bnimda \\ud800", "message_id": "zd-1"}'
+
+    response = signed_post(handoff.id, raw)
+
+    assert response.status_code == 201
+    message = Message.objects.get()
+    assert message.text == "Hi \ufffd there\ufffd!"
+    assert message.author == "Kimnimda \ufffd"
+    assert Handoff.objects.get().agent_name == "Kimnimda \ufffd"
+
+
+def test_the_old_signature_is_refused_unless_the_deprecation_switch_is_on(settings, caplog):
+    handoff = _waiting()
+    raw = json.dumps({"text": "From an old integration", "author": "Kim"}).encode()  # no message_id, as then
+
+    assert signed_post(handoff.id, raw, signature=legacy_signature_of(raw)).status_code == 403
+    assert not Message.objects.exists()
+
+    settings.KOOKEE_HANDOFF_REPLY_LEGACY_SIGNATURE = True
+    with caplog.at_level(logging.WARNING, logger="kookee.replies"):
+        response = signed_post(handoff.id, raw, signature=legacy_signature_of(raw))
+    assert response.status_code == 201
+    assert Message.objects.get().text == "From an old integration"
+    assert any("deprecated" in r.getMessage() and str(handoff.id) in r.getMessage() for r in caplog.records)
+    assert signed_post(handoff.id, raw, signature=legacy_signature_of(raw, "another secret")).status_code == 403
+    # The new signature works beside it.
+    assert signed_post(handoff.id, {"text": "New", "message_id": "zd-1"}).status_code == 201
+
+
+def test_erasure_closes_the_request_and_refuses_later_replies():
+    handoff = _waiting()
+    body = {"text": "Your address is 1 Main St", "author": "Kim", "message_id": "zd-1"}
+    raw = json.dumps(body).encode()
+    signature = signature_of(raw, path_of(handoff.id))
+    assert signed_post(handoff.id, raw, signature=signature).status_code == 201
+    conversation = handoff.conversation
+
+    erasure.erase_conversations([conversation.id], by="test")
+
+    handoff.refresh_from_db()
+    conversation.refresh_from_db()
+    assert handoff.status == "closed" and handoff.closed_at is not None
+    assert conversation.erased_at is not None
+    # The recorded reply, replayed within its window, and a new one: refused, nothing stored.
+    replayed = signed_post(handoff.id, raw, signature=signature)
+    fresh = signed_post(handoff.id, {"text": "Anything else?", "message_id": "zd-2"})
+    assert (replayed.status_code, fresh.status_code) == (409, 409)
+    assert "erased" in fresh.json()["error"]
+    assert list(Message.objects.values_list("text", flat=True)) == [""]
+    # Nor from the admin: no reopening, no reply, no new request.
+    user = agent()
+    client = admin_client(user)
+    client.post(reverse("admin:chat_handoff_move", args=[handoff.id]), {"move": "reopen"})
+    client.post(reverse("admin:chat_handoff_reply", args=[handoff.id]), {"text": "Hello?"})
+    client.post(reverse("admin:chat_handoff_answer", args=[conversation.id]))
+    assert list(Handoff.objects.values_list("status", flat=True)) == ["closed"]
+    assert list(Message.objects.values_list("text", flat=True)) == [""]
+    page = client.get(reverse("admin:chat_conversation_change", args=[conversation.id])).content.decode()
+    assert "Answer the visitor" not in page
 
 
 # --- Support's page ------------------------------------------------------------------------------
