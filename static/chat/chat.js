@@ -515,10 +515,11 @@ function showHandoff(state) {
   handoffNotice.hidden = !handoff;
   // While a person has the conversation, what the visitor writes goes to them.
   const agent = handoff?.status === "claimed" ? handoff.agent : null;
-  input.placeholder = agent ? interpolate(gettext("Write to %s…"), [agent]) : ASK_PLACEHOLDER;
+  // A placeholder holds no markup to isolate a name in: its format characters go.
+  input.placeholder = agent ? interpolate(gettext("Write to %s…"), [agent.replace(/\p{Cf}/gu, "")]) : ASK_PLACEHOLDER;
   follow();
   if (!handoff) return;
-  if (agent) handoffText.textContent = interpolate(gettext("%s from our support team is answering your messages."), [agent]);
+  if (agent) withName(handoffText, gettext("%s from our support team is answering your messages."), agent);
   else if (handoff.status === "claimed") handoffText.textContent = gettext("A person from our support team has your request and will get back to you.");
   else if (handoff.email) handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will reply by email.");
   else handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will get back to you.");
@@ -541,7 +542,7 @@ function showMessage(message) {
   const time = document.createElement("time");
   time.dateTime = message.at;
   time.textContent = timeFormat.format(new Date(message.at));
-  if (agent) who.append(`${message.author} · `, time);
+  if (agent) who.append(isolated(message.author), " · ", time);
   else who.textContent = gettext("You said:");
   const body = document.createElement("div");
   body.className = "message__text message__text--plain";
@@ -550,6 +551,20 @@ function showMessage(message) {
   log.insertBefore(item, placeAt(Number(item.dataset.at)));
   messages.set(message.id, item);
   follow();
+}
+
+// A name someone typed, isolated in a <bdi>: a bidi override in it (or a
+// right-to-left name) reorders nothing around it, such as the time beside it.
+function isolated(name) {
+  const bdi = document.createElement("bdi");
+  bdi.textContent = name;
+  return bdi;
+}
+
+// A translated sentence whose %s is a name: the name isolated.
+function withName(element, sentence, name) {
+  const [before, after = ""] = sentence.split("%s");
+  element.replaceChildren(before, isolated(name), after);
 }
 
 // Before the first message or turn that came later, or at the end.

@@ -4,6 +4,7 @@ afterwards, the widget; each request stored, and Support emailed."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,6 +100,34 @@ def test_the_assistant_offers_a_person_when_the_help_center_has_no_answer(app, p
     expect(notice).to_contain_text("reply by email")
     expect(notice.locator("#handoff-email")).to_be_hidden()
     assert handoffs(app)[before:] == [("assistant", "Can I pay with bitcoin?", "bia@example.com", "open", "")]
+
+
+def test_an_agents_name_cannot_reorder_the_text_around_it(app, page):
+    # A name stored before names lost their format characters (or a
+    # right-to-left one): isolated, so an override reverses nothing beside it.
+    hostile = "Kim\u202e\u200bnimda"
+    page.goto(app.url)
+    page.get_by_role("button", name="Talk to a person").click()
+    page.get_by_role("dialog", name="Talk to a person").get_by_role("button", name="Ask for a person").click()
+    expect(page.locator("#handoff-notice")).to_contain_text("Your request for a person was received")
+    [(handoff, conversation)] = app.rows("select id, conversation_id from chat_handoff order by id desc limit 1")
+    with sqlite3.connect(app.database) as db:
+        db.execute("update chat_handoff set status = 'claimed', agent_name = ? where id = ?", [hostile, handoff])
+        db.execute(
+            "insert into chat_message (conversation_id, handoff_id, kind, text, author, external_id, created_at,"
+            " webhook_status) values (?, ?, 'agent', 'Refunded.', ?, '', datetime('now'), '')",
+            [conversation, handoff, hostile],
+        )
+
+    page.reload()
+
+    author = page.locator(".message--agent .message__author")
+    expect(author.locator("bdi")).to_have_text(hostile)
+    expect(author.locator("time")).to_be_visible()
+    assert author.evaluate("h => [...h.childNodes].map(n => n.nodeName)") == ["BDI", "#text", "TIME"]
+    expect(page.locator("#handoff-text bdi")).to_have_text(hostile)
+    expect(page.locator("#handoff-text")).to_contain_text("from our support team is answering your messages.")
+    assert "\u202e" not in page.locator("#text").get_attribute("placeholder")
 
 
 def test_the_widget_hands_off_and_support_sees_the_page(tmp_path_factory, customer_sites, page):  # noqa: F811
