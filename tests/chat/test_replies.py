@@ -11,8 +11,11 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import re
+import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -631,3 +634,60 @@ def test_the_visitors_email_is_a_link_on_the_requests_page():
     handoff = Handoff.objects.create(conversation=conversation, source="visitor", email="sam@example.com")
     page = admin_client(user).get(reverse("admin:chat_handoff_change", args=[handoff.id])).content.decode()
     assert '<a href="mailto:sam@example.com">sam@example.com</a>' in page
+
+
+# --- the documented signers, against a real server ----------------------------------------------------
+
+
+def _documented_signer(language: str) -> str:
+    """The code block after "Signing, in Python:" or "and in Node", in docs/operations.md."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    fence = {"python": "```python\n", "node": "```js\n"}[language]
+    start = doc.index(fence, doc.index("Signing, in Python:")) + len(fence)
+    return doc[start : doc.index("```", start)]
+
+
+@pytest.mark.slow
+def test_the_documented_python_and_node_signers_are_accepted(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.servers import ROOT, daphne
+
+    secret = "documented-secret"
+    with daphne(tmp_path, KOOKEE_HANDOFF_WEBHOOK_SECRET=secret) as (address, database, _process):
+        made = subprocess.run(
+            [
+                sys.executable,
+                "manage.py",
+                "shell",
+                "-v",
+                "0",
+                "-c",
+                "from chat.models import Conversation, Handoff; "
+                "print(Handoff.objects.create(conversation=Conversation.objects.create(visitor_hash='v'), "
+                "source='visitor').id)",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": f"sqlite:///{database}"},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        handoff_id = int(made.stdout.strip())
+        base = f"http://{address}"
+        python = _documented_signer("python") + (
+            f"print(json.dumps(send_reply({base!r}, {secret!r}, {handoff_id}, 'From Python', 'Kim', 'py-1')))"
+        )
+        by_python = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, timeout=30)
+        assert by_python.returncode == 0, by_python.stderr
+        node = _documented_signer("node") + (
+            f"sendReply({json.dumps(base)}, {json.dumps(secret)}, {handoff_id}, 'From Node', 'Kim', 'js-1')"
+            ".then((answer) => console.log(JSON.stringify(answer)));"
+        )
+        by_node = subprocess.run(["node", "-e", node], capture_output=True, text=True, timeout=30)
+        assert by_node.returncode == 0, by_node.stderr
+        stored = sqlite3.connect(database).execute("select id, text from chat_message order by id").fetchall()
+
+    assert [json.loads(by_python.stdout)["id"], json.loads(by_node.stdout)["id"]] == [i for i, _ in stored]
+    assert [text for _, text in stored] == ["From Python", "From Node"]
