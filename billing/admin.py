@@ -16,7 +16,7 @@ from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import Exists, OuterRef, Subquery
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import formats, timezone
@@ -25,7 +25,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext, gettext_noop, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from base.admin import ModelAdmin, WrittenByTheApp
+from base.admin import MAX_YEAR, MIN_YEAR, BadFilterValue, ModelAdmin, WrittenByTheApp, bad_filter
 from billing import calibration, charts, days, exports, reports, tokens
 from billing.models import Calibration, EmbeddingEntry, LedgerEntry, Price
 from billing.services import price_for
@@ -38,18 +38,19 @@ MAX_CHART_DAYS = 366
 # The days a date filter may name: wider than any ledger, and far enough
 # inside date.min and date.max that the day after `until`, the chart's days
 # before it and midnight in any time zone all exist.
-FIRST_DAY, LAST_DAY = date(1900, 1, 1), date(9998, 12, 31)
+FIRST_DAY, LAST_DAY = date(MIN_YEAR, 1, 1), date(MAX_YEAR, 12, 31)
 ISO_DAY = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 # Enough of a refused value to recognise it by, in the 400's message.
 SHOWN_CHARS = 40
 
 
-class BadDate(Exception):
+class BadDate(BadFilterValue):
     """A date filter's value that names no day the ledger can count from.
 
     Deliberately not an IncorrectLookupParameters: for that, the list page
-    redirects to ?e=1, whose page blames the database. Every ledger page
-    answers 400 instead, and says which value is wrong."""
+    redirects to ?e=1, whose page blames the database. Every list that uses
+    the filter answers 400 instead (base/admin.py), as do the ledger's other
+    pages, and says which value is wrong."""
 
 
 def _parse_day(param: str, value: str) -> date:
@@ -68,12 +69,8 @@ def _parse_day(param: str, value: str) -> date:
     return day
 
 
-def _bad_filter(reason: Exception) -> HttpResponseBadRequest:
-    return HttpResponseBadRequest(gettext("Bad filter: %(reason)s") % {"reason": reason}, content_type="text/plain")
-
-
 # What a ledger page's filters can raise: each is the request's fault.
-BAD_FILTER = (IncorrectLookupParameters, ValidationError, BadDate)
+BAD_FILTER = (IncorrectLookupParameters, ValidationError, BadFilterValue)
 
 
 class DateRangeFilter(admin.FieldListFilter):
@@ -97,8 +94,9 @@ class DateRangeFilter(admin.FieldListFilter):
         ]
 
     def _date(self, param: str) -> date | None:
-        value = (self.used_parameters.get(param) or [""])[-1]
-        return _parse_day(param, value) if value else None
+        # Every value is parsed, though the last one counts: none is ignored unread.
+        given = [_parse_day(param, value) for value in self.used_parameters.get(param) or [] if value]
+        return given[-1] if given else None
 
     def expected_parameters(self) -> list[str]:
         return [self.param_since, self.param_until]
@@ -300,13 +298,10 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{view}")
 
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
-        try:
-            response = super().changelist_view(request, extra_context)
-        except BadDate as e:
-            return _bad_filter(e)
+        response = super().changelist_view(request, extra_context)
         context = getattr(response, "context_data", None)
         if not context or "cl" not in context:
-            return response  # a redirect, or the page for broken filters
+            return response  # a redirect, a bad filter's 400, or the page for broken filters
         cl = context["cl"]
         first, last = self._chart_window(cl)
         days = reports.daily(cl.queryset, first, last)
@@ -343,7 +338,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         try:
             cl = self._filtered(request)
         except BAD_FILTER as e:
-            return _bad_filter(e)
+            return bad_filter(e)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -363,7 +358,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         try:
             cl = self._filtered(request)
         except BAD_FILTER as e:
-            return _bad_filter(e)
+            return bad_filter(e)
         rows = reports.by_conversation(cl.queryset, PER_CONVERSATION_ROWS)
         changelist = self._url("changelist")
         for row in rows:
@@ -387,7 +382,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         try:
             cl = self._filtered(request)
         except BAD_FILTER as e:
-            return _bad_filter(e)
+            return bad_filter(e)
         chunks = exports.csv_chunks(cl.queryset)
         content = exports.in_sync_thread(chunks) if isinstance(request, ASGIRequest) else chunks
         response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")

@@ -273,7 +273,7 @@ class FiguresPage(WrittenByTheApp, ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        unknown = set(request.GET) - {"days", "from", "to"}
+        unknown = set(request.GET) - self.offered_lookups(request)
         if unknown:
             # As every list refuses a filter it does not offer (base/admin.py).
             message = gettext("Unknown parameter: %(name)s") % {"name": sorted(unknown)[0]}
@@ -294,6 +294,9 @@ class FiguresPage(WrittenByTheApp, ModelAdmin):
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.template, context)
+
+    def _offered_lookups(self, request: HttpRequest) -> tuple[str, ...]:
+        return reports.PARAMETERS  # the period's, and no list filter's
 
     def figures(self, period: reports.Period) -> dict:
         raise NotImplementedError

@@ -37,6 +37,7 @@ from typing import Any
 
 from django.db.models import Count, OuterRef, Q, Subquery
 
+from base.admin import MAX_YEAR, MIN_YEAR
 from billing import days
 from chat.models import Conversation, Feedback, Generation, Handoff, Message, Search, Turn
 from helpcenter import search
@@ -44,6 +45,12 @@ from helpcenter import search
 PERIODS = (7, 30, 90)  # the pages' presets, in days
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
+# What the pages read of a query string (Period.from_query).
+PARAMETERS = ("days", "from", "to")
+# The days a period may name: far enough inside date.min and date.max that
+# the period before it, the day after it and midnight in any time zone exist
+# (9999-12-31 and 0001-01-01 overflowed into a 500).
+FIRST_DAY, LAST_DAY = date(MIN_YEAR, 1, 1), date(MAX_YEAR, 12, 31)
 TOP_UNANSWERED = 5
 EXAMPLES = 3  # example conversations per unanswered question
 # The most rows of each kind a page groups: a help center's weak searches
@@ -88,8 +95,8 @@ class Period:
         """From ?days=N (one of PERIODS), or ?from=YYYY-MM-DD&to=YYYY-MM-DD;
         the last 30 days otherwise. Raises ValueError for a bad range."""
         if params.get("from") or params.get("to"):
-            first = date.fromisoformat(params.get("from") or params.get("to"))
-            last = date.fromisoformat(params.get("to") or days.today().isoformat())
+            first = _day(params.get("from") or params.get("to"))
+            last = _day(params.get("to") or days.today().isoformat())
             if first > last or (last - first).days >= MAX_DAYS:
                 raise ValueError(f"from must be on or before to, at most {MAX_DAYS} days apart")
             return cls(first, last)
@@ -99,6 +106,14 @@ class Period:
         if count not in {str(n) for n in PERIODS}:
             raise ValueError(f"days must be one of {', '.join(map(str, PERIODS))}")
         return cls.last_days(int(count))
+
+
+def _day(value: str) -> date:
+    """A day between FIRST_DAY and LAST_DAY; ValueError otherwise."""
+    day = date.fromisoformat(value)
+    if not FIRST_DAY <= day <= LAST_DAY:
+        raise ValueError(f"{day.isoformat()} is out of range ({FIRST_DAY.isoformat()} to {LAST_DAY.isoformat()})")
+    return day
 
 
 def figures(period: Period) -> dict[str, Any]:
