@@ -123,6 +123,22 @@ class SourceForm(forms.ModelForm):
     class Meta:
         model = Source
         fields = ["name", "kind", "location", "settings", "token", "clear_token", "token_env"]
+        help_texts = {
+            "location": _("A URL, or a folder or file on the server under KOOKEE_IMPORT_ROOT."),
+            "token_env": _(
+                "The name of an environment variable that holds the token (its value is never stored): "
+                "KOOKEE_SOURCE_TOKEN_ and a name, such as KOOKEE_SOURCE_TOKEN_ZENDESK."
+            ),
+        }
+
+    def clean_token_env(self):
+        name = self.cleaned_data["token_env"]
+        if name:
+            try:
+                secrets.check_env_name(name)
+            except secrets.TokenError as e:
+                raise forms.ValidationError(str(e)) from None
+        return name
 
     def clean(self):
         cleaned = super().clean()
@@ -130,7 +146,8 @@ class SourceForm(forms.ModelForm):
         if kind and location:
             try:
                 reader_for(kind)
-                cleaned["location"] = location_of(kind, location)
+                # Here, only under KOOKEE_IMPORT_ROOT: the admin is a web page.
+                cleaned["location"] = location_of(kind, location, confined=True)
             except SourceError as e:
                 self.add_error("location", str(e))
         if "settings" in cleaned:
@@ -160,6 +177,23 @@ class SourceAdmin(ModelAdmin):
     readonly_fields = ["token_stored", "status", "last_result_shown", "articles_link", "synced_at"]
     change_form_template = "admin/helpcenter/source/change_form.html"
     change_list_template = "admin/helpcenter/source/change_list.html"
+
+    # The superusers' alone, whatever model permissions a user holds: a
+    # source names files on the server to read and where its token is sent.
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request):
+        return self.has_module_permission(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self.has_module_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return self.has_module_permission(request)
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [

@@ -347,7 +347,23 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 KOOKEE_SYNC_HOURS = env.float("KOOKEE_SYNC_HOURS", default=24.0)
 KOOKEE_IMPORT_TIMEOUT = env.float("KOOKEE_IMPORT_TIMEOUT", default=20.0)
 KOOKEE_IMPORT_MAX_BYTES = env.int("KOOKEE_IMPORT_MAX_BYTES", default=5_000_000)
+# A whole sync, every fetch and wait of it, in seconds: past it the sync stops
+# and unpublishes nothing. An hour: a 5,000-page website read 2 at a time at
+# a second a page takes about 40 minutes; 5,000 Zendesk articles about one.
+KOOKEE_IMPORT_DEADLINE_SECONDS = env.float("KOOKEE_IMPORT_DEADLINE_SECONDS", default=3600.0)
 KOOKEE_IMPORT_ALLOW_PRIVATE = env.bool("KOOKEE_IMPORT_ALLOW_PRIVATE", default=False)
+# A file or folder a source named in the admin reads (Markdown, saved JSON)
+# must lie under this folder; unset, the admin accepts none. The
+# import_help_center command, run from a shell, reads any.
+KOOKEE_IMPORT_ROOT = env("KOOKEE_IMPORT_ROOT", default="")
+# "Sync now" in the admin syncs in a child process under this budget, which
+# the kernel enforces (helpcenter/importers/sync.py): address space in MB,
+# CPU seconds, and wall-clock seconds (past KOOKEE_IMPORT_DEADLINE_SECONDS,
+# which stops a sync cleanly first). A first import of 5,000 Zendesk
+# articles in a child took 236 MB of address space and 20 s of CPU.
+KOOKEE_SYNC_MEMORY_MB = env.int("KOOKEE_SYNC_MEMORY_MB", default=1024)
+KOOKEE_SYNC_CPU_SECONDS = env.int("KOOKEE_SYNC_CPU_SECONDS", default=600)
+KOOKEE_SYNC_SECONDS = env.int("KOOKEE_SYNC_SECONDS", default=4200)
 # Handoff to a person (chat/support/handoffs.py). Support is emailed at these
 # addresses (default: every active member of the Support group with one),
 # and the webhook, if set, gets a signed JSON POST, with a timeout per

@@ -185,16 +185,31 @@ def is_url(location: str) -> bool:
     return location.lower().startswith(("http://", "https://"))
 
 
-def location_of(kind: str, location: str) -> str:
+def location_of(kind: str, location: str, confined: bool = False) -> str:
     """A source's location as it is kept: the same kind and location are the
     same source. A URL as given (a crawl's prefix is its start URL's folder,
-    so a website's keeps its slash); a file or folder, absolute."""
+    so a website's keeps its slash); a file or folder, absolute, its links
+    and `..` resolved. Confined (a source named in the admin), a file or
+    folder must lie under KOOKEE_IMPORT_ROOT (a relative one is taken from
+    it), and none may while it is unset; from a shell, anywhere."""
     location = location.strip()
     if is_url(location):
         return location if kind == "website" else location.rstrip("/")
     if kind == "website":
         raise SourceError("a website source is a URL (http:// or https://)")
     path = Path(location).expanduser()
+    if confined:
+        from django.conf import settings
+
+        if not settings.KOOKEE_IMPORT_ROOT:
+            raise SourceError("a file or folder on the server is accepted here only when KOOKEE_IMPORT_ROOT is set")
+        root = Path(settings.KOOKEE_IMPORT_ROOT).expanduser().resolve()
+        # Resolved before the check (`root/../etc`, a link in the root that
+        # points out), and checked before it is looked for: nothing outside
+        # the root is read, nor found to exist.
+        path = (root / path).resolve()
+        if not path.is_relative_to(root):
+            raise SourceError(f"{location} is not under KOOKEE_IMPORT_ROOT ({root})")
     if not path.exists():
         raise SourceError(f"{location}: no such file or folder on this server")
     return str(path.resolve())

@@ -1,15 +1,24 @@
 """A source's token: stored encrypted (Fernet, keyed from SECRET_KEY), or
-read from the environment variable the source names (its value is never
-stored). Never shown in the admin, never logged."""
+read from an environment variable the source names (its value is never
+stored). Never shown in the admin, never logged.
+
+Only variables named for it (KOOKEE_SOURCE_TOKEN_...) may hold a source's
+token: a source names the host its token is sent to, so a source that could
+name any variable would send the server's own secrets (DJANGO_SECRET_KEY,
+OPENAI_API_KEY, the handoff webhook's secret) to a host of its choosing."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import os
+import re
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
+
+ENV_PREFIX = "KOOKEE_SOURCE_TOKEN_"
+ENV_NAME = re.compile(rf"{ENV_PREFIX}[A-Z0-9_]+")
 
 
 class TokenError(Exception):
@@ -35,10 +44,22 @@ def decrypt(stored: str) -> str:
         raise TokenError("the stored token cannot be read (SECRET_KEY changed?): enter it again") from None
 
 
+def check_env_name(name: str) -> None:
+    """Raises TokenError unless the variable may hold a source's token."""
+    if not ENV_NAME.fullmatch(name):
+        raise TokenError(
+            f"the environment variable {name} cannot hold a source's token: only {ENV_PREFIX}... may "
+            f"(capital letters, digits and _, such as {ENV_PREFIX}ZENDESK)"
+        )
+
+
 def token_for(source) -> str:  # type: ignore[no-untyped-def]
     """The source's token: its environment variable's, else the stored one,
     else none (a public help center needs none)."""
     if source.token_env:
+        # Checked here too, before anything is sent: a row saved before the
+        # rule may name any variable.
+        check_env_name(source.token_env)
         value = os.environ.get(source.token_env, "")
         if not value:
             raise TokenError(f"the environment variable {source.token_env} is not set")

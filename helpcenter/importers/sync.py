@@ -10,6 +10,12 @@
   (one conditional UPDATE, the same on SQLite and PostgreSQL), renews it as
   it goes, and gives it back at the end. A lease not renewed for
   LEASE_SECONDS (a killed process) can be taken again.
+- The admin's "Sync now" syncs in a child process under a budget
+  (KOOKEE_SYNC_MEMORY_MB, KOOKEE_SYNC_CPU_SECONDS, KOOKEE_SYNC_SECONDS) that
+  the kernel enforces: no source, however hostile, can take the server's
+  memory or CPU. The server takes the lease and hands it over; a thread of
+  the server waits for the child and says how it ended when the child could
+  not (killed by its budget).
 
 Articles typed in the admin have no source and are never touched.
 """
@@ -17,6 +23,11 @@ Articles typed in the admin have no source and are never touched.
 from __future__ import annotations
 
 import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -25,13 +36,13 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
 from helpcenter import index, indexer
-from helpcenter.importers import Item, Kept, Run, check_settings, reader_for
+from helpcenter.importers import Item, Kept, Run, check_settings, location_of, reader_for
 from helpcenter.models import Article, Source, language_of
 
 logger = logging.getLogger("kookee.helpcenter")
@@ -39,6 +50,13 @@ logger = logging.getLogger("kookee.helpcenter")
 LEASE_SECONDS = 600
 BATCH = 250  # articles written per transaction
 PROGRESS_EVERY = 0.5  # seconds between progress writes
+# The admin's child (sync_help_center --run-id) exits with OVER_MEMORY when
+# an allocation fails under its budget; time and CPU end it by signals.
+OVER_MEMORY = 3
+OUT_OF_MEMORY = "stopped: out of memory"
+CPU_GRACE = 5  # seconds of CPU past SIGXCPU before the kernel's SIGKILL
+_budgeted = False  # this process is the admin's child, under the sync budget (limit_this_process)
+CHILD_SETTINGS = ("KOOKEE_SYNC_MEMORY_MB", "KOOKEE_SYNC_CPU_SECONDS", "KOOKEE_SYNC_SECONDS", "KOOKEE_IMPORT_ROOT")
 
 
 class Busy(Exception):
@@ -72,23 +90,30 @@ def acquire(source: Source) -> str:
 
 
 def sync(
-    source: Source, run_id: str | None = None, on_progress: Callable[[int, int | None], None] | None = None
+    source: Source,
+    run_id: str | None = None,
+    on_progress: Callable[[int, int | None], None] | None = None,
+    confined: bool = False,
 ) -> Result:
     """Syncs the source (taking its lease unless given one); returns the
     counts. Raises Busy, or what stopped the reading (the source's last
-    error says it too)."""
+    error says it too). Confined (a sync the admin started), a file or
+    folder it reads must lie under KOOKEE_IMPORT_ROOT."""
     run_id = run_id or acquire(source)
     try:
+        if confined:
+            # Checked again at each sync: a row saved before the rule, or a
+            # link in the root that points out of it since.
+            location_of(source.kind, source.location, confined=True)
         result, state = _Sync(source, run_id, on_progress).run()
     except BaseException as e:
-        Source.objects.filter(pk=source.pk, run_id=run_id).update(
-            running_since=None, run_id="", last_error=str(e)[:2000] or type(e).__name__
-        )
+        Source.objects.filter(pk=source.pk, run_id=run_id).update(running_since=None, run_id="", last_error=_why(e))
         raise
     finally:
         # Embedding is the caller's: the command does it in the foreground,
-        # the admin's thread after the sync, servers when a search finds
-        # sections without vectors. A kick here would race the command's own.
+        # the server that started the admin's child once the child is done,
+        # servers when a search finds sections without vectors. A kick here
+        # would race the command's own.
         index.forget()
     Source.objects.filter(pk=source.pk, run_id=run_id).update(
         running_since=None, run_id="", synced_at=timezone.now(), last_result=asdict(result), last_error="", state=state
@@ -97,24 +122,121 @@ def sync(
     return result
 
 
-def sync_in_background(source: Source) -> None:
-    """Takes the lease now (raising Busy), then syncs in a thread of this
-    process: the admin's action, which shows the progress and the result."""
+def _why(error: BaseException) -> str:
+    if isinstance(error, MemoryError):
+        # Under the admin's budget, said as the server says it when the child
+        # cannot: whichever writes last, the page reads the same.
+        return _ending(OVER_MEMORY) if _budgeted else OUT_OF_MEMORY
+    return str(error)[:2000] or type(error).__name__
+
+
+def sync_in_background(source: Source) -> threading.Thread | None:
+    """The admin's action, which shows the progress and the result. Takes
+    the lease now (raising Busy: "already syncing" at once; call it outside
+    a transaction, so that the child sees the lease), then syncs in a child
+    process (`manage.py sync_help_center --source ID --run-id RUN`), which
+    owns the lease from then on. Returns the thread that waits for it."""
     run_id = acquire(source)
+    command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "sync_help_center"]
+    try:
+        child = subprocess.Popen(
+            [*command, "--source", str(source.pk), "--run-id", run_id],
+            cwd=settings.BASE_DIR,
+            env=_child_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # what it logs (stderr) goes to this server's log
+        )
+    except OSError as e:
+        logger.exception("help-center sync of source %s could not start", source.pk)
+        _record_end(source.pk, run_id, f"stopped: its process could not start ({e.strerror})")
+        return None
+    reaper = threading.Thread(target=_reap, args=(child, source.pk, run_id), name=f"kookee-sync-{source.pk}")
+    reaper.daemon = True  # a server that stops leaves the child to finish (its own alarm bounds it)
+    reaper.start()
+    return reaper
 
-    def run() -> None:
-        close_old_connections()
-        try:
-            sync(source, run_id)
-            # This process's one indexer embeds what changed: not a second
-            # embedder beside it (both would pay for the same sections).
-            indexer.kick()
-        except Exception:
-            logger.exception("help-center sync of source %s failed", source.pk)
-        finally:
-            close_old_connections()
 
-    threading.Thread(target=run, name=f"kookee-sync-{source.pk}", daemon=True).start()
+def _child_environment() -> dict[str, str]:
+    return {
+        **os.environ,
+        # Its budget and rules as this process has them: what the reaper
+        # says the child ran under is what it ran under.
+        **{name: str(getattr(settings, name)) for name in CHILD_SETTINGS},
+        # The memory budget counts address space, and glibc reserves 64 MB
+        # of it for each thread that allocates (a crawl has up to 8): with
+        # two arenas the budget is about memory used (a crawl of 8 threads:
+        # 624 MB of address space for 122 MB resident; with two, 336 MB).
+        "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
+    }
+
+
+def limit_this_process() -> None:
+    """The admin's child, before it reads anything: its budget, which the
+    kernel enforces whatever the child runs (a loop in C too). Over its
+    address space an allocation fails (MemoryError: the child exits with
+    OVER_MEMORY); over its CPU seconds SIGXCPU ends it, over its wall-clock
+    seconds SIGALRM (their default action: nothing here catches them)."""
+    global _budgeted
+    _budgeted = True
+    memory = settings.KOOKEE_SYNC_MEMORY_MB * 2**20
+    cpu = settings.KOOKEE_SYNC_CPU_SECONDS
+    _lower(resource.RLIMIT_AS, memory, memory)
+    _lower(resource.RLIMIT_CPU, cpu, cpu + CPU_GRACE)  # SIGXCPU, then SIGKILL
+    _lower(resource.RLIMIT_CORE, 0, 0)  # SIGXCPU's default dumps core otherwise
+    stops = {signal.SIGXCPU, signal.SIGALRM}
+    for stop in stops:
+        signal.signal(stop, signal.SIG_DFL)  # not as the server may have left them to its children
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    signal.alarm(settings.KOOKEE_SYNC_SECONDS)
+    os.nice(10)  # the server's visitors first
+
+
+def _lower(limit: int, soft: int, hard: int) -> None:
+    """Sets a limit, never above one the process already has (a user may not raise it)."""
+    _, current = resource.getrlimit(limit)
+    if current != resource.RLIM_INFINITY:
+        hard = min(hard, current)
+    resource.setrlimit(limit, (min(soft, hard), hard))
+
+
+def _reap(child: subprocess.Popen, source_pk: int, run_id: str) -> None:
+    """Waits for the admin's child (no zombie is left), says how it ended
+    when its sync could not, and has this process's indexer embed what it
+    wrote."""
+    code = child.wait()
+    try:
+        _record_end(source_pk, run_id, _ending(code))
+        # Embedded once, by this process's one indexer (as after the command,
+        # which embeds in its own foreground): the child has a small budget
+        # and would load a second model, and this server's searches would
+        # kick its indexer at the same sections anyway. What a failed sync
+        # wrote before it stopped is embedded too.
+        index.forget()
+        indexer.kick()
+    except Exception:
+        logger.exception("help-center sync of source %s: its end was not recorded", source_pk)
+    finally:
+        connections.close_all()  # this thread's own
+
+
+def _record_end(source_pk: int, run_id: str, why: str) -> None:
+    """Gives the child's lease back with why it stopped, if the child could not."""
+    Source.objects.filter(pk=source_pk, run_id=run_id).update(running_since=None, run_id="", last_error=why)
+
+
+def _ending(code: int) -> str:
+    """How the admin's child ended, for the source's page (when its sync did not say)."""
+    if code == OVER_MEMORY:
+        return f"stopped: over its memory budget (KOOKEE_SYNC_MEMORY_MB, {settings.KOOKEE_SYNC_MEMORY_MB} MB)"
+    if code == -signal.SIGXCPU:
+        return f"stopped: over its CPU budget (KOOKEE_SYNC_CPU_SECONDS, {settings.KOOKEE_SYNC_CPU_SECONDS} s)"
+    if code == -signal.SIGALRM:
+        return f"stopped: over its time budget (KOOKEE_SYNC_SECONDS, {settings.KOOKEE_SYNC_SECONDS} s)"
+    if code == -signal.SIGKILL:
+        return "stopped: killed (over its CPU budget, or the server was out of memory)"
+    if code < 0:
+        return f"stopped: killed by signal {-code} ({signal.strsignal(-code)})"
+    return f"stopped: its process exited with code {code} (the server's log says why)"
 
 
 def due(hours: float) -> list[Source]:

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from helpcenter import indexer
 from helpcenter.importers import FetchError, SourceError, location_of
-from helpcenter.importers.secrets import TokenError
+from helpcenter.importers.secrets import ENV_PREFIX, TokenError, check_env_name
 from helpcenter.importers.sync import Busy, sync
 from helpcenter.management.embedding import embed_now
 from helpcenter.models import Source
@@ -22,7 +22,9 @@ class Command(BaseCommand):
         parser.add_argument("location", help="a URL, or a folder or file on this server")
         parser.add_argument("--name", help="the source's name in the admin (default: the location)")
         parser.add_argument(
-            "--token-env", metavar="VAR", help="the environment variable that holds the API token (never stored)"
+            "--token-env",
+            metavar="VAR",
+            help=f"the environment variable that holds the API token (never stored): {ENV_PREFIX}...",
         )
         parser.add_argument(
             "--locale",
@@ -39,8 +41,11 @@ class Command(BaseCommand):
         # same sections a second time, beside it.
         indexer.ENABLED = False
         try:
+            # Any file or folder: whoever runs this has the server's shell already.
             location = location_of(kind, location)
-        except SourceError as e:
+            if options["token_env"]:
+                check_env_name(options["token_env"])
+        except (SourceError, TokenError) as e:
             raise CommandError(str(e)) from None
         source, created = Source.objects.get_or_create(
             kind=kind, location=location, defaults={"name": options["name"] or location[:200]}

@@ -1,10 +1,13 @@
+import argparse
+import os
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from helpcenter import indexer
 from helpcenter.importers import FetchError, SourceError
 from helpcenter.importers.secrets import TokenError
-from helpcenter.importers.sync import Busy, due, sync
+from helpcenter.importers.sync import OVER_MEMORY, Busy, due, limit_this_process, sync
 from helpcenter.management.embedding import embed_now
 from helpcenter.models import Source
 
@@ -18,12 +21,18 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--all", action="store_true", help="every source, due or not")
         parser.add_argument("--source", type=int, action="append", help="this source's id (repeatable)")
+        # The admin's "Sync now" (helpcenter/importers/sync.py, sync_in_background):
+        # this process takes over the lease the server took, under the sync budget.
+        parser.add_argument("--run-id", help=argparse.SUPPRESS)
 
     def handle(self, *args, **options):
         # This command embeds in the foreground, at its end: the background
         # indexer that saving articles would wake would embed (and bill) the
         # same sections a second time, beside it.
         indexer.ENABLED = False
+        if options["run_id"]:
+            self._child(options["source"] or [], options["run_id"])
+            return
         if options["source"]:
             sources = list(Source.objects.filter(pk__in=options["source"]).order_by("pk"))
         elif options["all"]:
@@ -47,3 +56,20 @@ class Command(BaseCommand):
         embed_now(self)
         if failed:
             raise CommandError(f"{failed} source(s) failed: see above")  # a non-zero exit, for cron's mail
+
+    def _child(self, sources: list[int], run_id: str) -> None:
+        """The admin's sync of one source, under its budget. It records its
+        own result or error; the server that started it records how it ended
+        when it could not, and embeds what it wrote (its one indexer)."""
+        if len(sources) != 1:
+            raise CommandError("--run-id takes one --source")
+        limit_this_process()
+        source = Source.objects.get(pk=sources[0])
+        try:
+            result = sync(source, run_id, confined=True)
+        except MemoryError:
+            # Nothing more can be trusted to run: the server says why.
+            os._exit(OVER_MEMORY)
+        except Exception as e:  # on the source's page already
+            raise CommandError(f"{source.name}: failed, {e}. Nothing was unpublished.") from None
+        self.stdout.write(f"{source.name}: {result}.")

@@ -1,9 +1,6 @@
 """The sources in the admin: a token that is stored encrypted and never
-shown, a sync started as an action that shows its progress and result, and
-what the article list says of each article."""
-
-import threading
-import time
+shown, and what the article list says of each article. The sync started as
+an action, in a child process, is in test_sync_now.py."""
 
 import pytest
 from django.contrib.auth.models import Group
@@ -65,44 +62,6 @@ def test_a_bad_location_is_a_clear_error_that_saves_nothing(admin_client, tmp_pa
     assert response.status_code == 200
     assert "a website source is a URL" in response.content.decode()
     assert not Source.objects.exists()
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_sync_action_runs_in_the_background_and_the_page_shows_its_progress_and_result(admin_client, zendesk):
-    source = Source.objects.create(kind="zendesk", name="Acme", location=zendesk.url)
-    original = zendesk.answer
-    release = threading.Event()
-
-    def slow(*args):
-        release.wait(10)  # the first page waits until the test has seen the sync running
-        return original(*args)
-
-    zendesk.answer = slow
-    response = admin_client.post(
-        reverse("admin:helpcenter_source_changelist"),
-        {"action": "sync_now", "_selected_action": [source.pk]},
-        follow=True,
-    )
-    assert "Syncing Acme: this page shows how far it is." in response.content.decode()
-
-    page = admin_client.get(reverse("admin:helpcenter_source_changelist")).content.decode()
-    assert "Syncing: 0 read" in page
-    assert '<meta http-equiv="refresh"' in page  # it refreshes itself while it runs
-    again = admin_client.post(
-        reverse("admin:helpcenter_source_changelist"),
-        {"action": "sync_now", "_selected_action": [source.pk]},
-        follow=True,
-    )
-    assert "Acme is already syncing." in again.content.decode()  # never two at once
-
-    release.set()
-    deadline = time.monotonic() + 20
-    while Source.objects.get(pk=source.pk).running_since is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    page = admin_client.get(reverse("admin:helpcenter_source_change", args=[source.pk])).content.decode()
-    assert "23 added, 0 updated, 0 unchanged, 0 unpublished" in page
-    assert '<meta http-equiv="refresh"' not in page
-    assert Article.objects.filter(source=source).count() == 23
 
 
 @pytest.mark.django_db

@@ -101,21 +101,21 @@ def test_a_server_that_keeps_failing_stops_the_sync_and_unpublishes_nothing(zend
 def test_a_token_from_the_environment_is_sent_and_never_stored(zendesk, monkeypatch):
     credentials = "agent@acme.example/token:s3cr3t"
     zendesk.token = "Basic " + base64.b64encode(credentials.encode()).decode()
-    monkeypatch.setenv("ZENDESK_TOKEN", credentials)
+    monkeypatch.setenv("KOOKEE_SOURCE_TOKEN_ZENDESK", credentials)
 
-    assert "23 added" in run("zendesk", zendesk.url, "--token-env", "ZENDESK_TOKEN")
+    assert "23 added" in run("zendesk", zendesk.url, "--token-env", "KOOKEE_SOURCE_TOKEN_ZENDESK")
 
     source = Source.objects.get()
-    assert source.token_env == "ZENDESK_TOKEN"
+    assert source.token_env == "KOOKEE_SOURCE_TOKEN_ZENDESK"
     assert "s3cr3t" not in json.dumps([source.settings, source.state, source.token_encrypted, source.last_error])
 
 
 def test_a_refused_token_is_a_clear_error(zendesk, monkeypatch):
     zendesk.token = "Bearer right"
-    monkeypatch.setenv("ZENDESK_TOKEN", "wrong")
+    monkeypatch.setenv("KOOKEE_SOURCE_TOKEN_ZENDESK", "wrong")
 
     with pytest.raises(CommandError, match="answered 401"):
-        run("zendesk", zendesk.url, "--token-env", "ZENDESK_TOKEN")
+        run("zendesk", zendesk.url, "--token-env", "KOOKEE_SOURCE_TOKEN_ZENDESK")
     assert not Article.objects.exists()
 
 
@@ -196,12 +196,12 @@ def test_hostile_html_never_reaches_the_markdown_or_the_page(zendesk, client):
 
 
 def test_the_token_never_reaches_a_log_line_or_an_error(zendesk, monkeypatch, caplog):
-    monkeypatch.setenv("ZENDESK_TOKEN", "agent@acme.example/token:s3cr3t-value")
+    monkeypatch.setenv("KOOKEE_SOURCE_TOKEN_ZENDESK", "agent@acme.example/token:s3cr3t-value")
     zendesk.token = "Basic nope"
     caplog.set_level("DEBUG")
 
     with pytest.raises(CommandError) as raised:
-        run("zendesk", zendesk.url, "--token-env", "ZENDESK_TOKEN")
+        run("zendesk", zendesk.url, "--token-env", "KOOKEE_SOURCE_TOKEN_ZENDESK")
 
     assert "s3cr3t-value" not in str(raised.value)
     assert "s3cr3t-value" not in caplog.text
