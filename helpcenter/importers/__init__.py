@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from urllib.parse import urljoin
 
 from helpcenter.importers import html as html_converter
-from helpcenter.importers.fetch import FetchError, Refused
+from helpcenter.importers.fetch import FetchError, Refused, shown, sync_deadline
 
 __all__ = [
     "FetchError",
@@ -88,6 +88,9 @@ class Run:
     source: Any  # helpcenter.models.Source
     expect: Callable[[int], None] = lambda total: None  # how many Items to expect, when known
     state: dict[str, Any] = field(default_factory=dict)  # kept on the source when the sync completes
+    # When the sync must stop (time.monotonic()): every reader's Fetcher stops there.
+    deadline: float = field(default_factory=sync_deadline)
+    pages_read: int = 0  # API pages, against MAX_API_PAGES
 
 
 class Reader(Protocol):
@@ -108,22 +111,63 @@ def reader_for(kind: str) -> Reader:
     return importlib.import_module(READERS[kind]).read  # type: ignore[no-any-return]
 
 
+# API pages one sync reads at most, whatever its source announces: 200,000
+# Zendesk articles (100 a page), 100,000 Intercom ones (50 a page).
+MAX_API_PAGES = 2_000
+
+
 def api_pages(
-    run: Run, fetcher: Any, url: str | None, following: Callable[[Any], str | None], total: str
-) -> Iterator[Any]:
-    """An API's pages, from url, each page's next one (`following`) on the
-    source's own host only; the first page's `total` is how many to expect."""
-    first = True
+    run: Run,
+    fetcher: Any,
+    url: str | None,
+    following: Callable[[Any], str | None],
+    total: str,
+    listed: Callable[[Any, str], list[dict[str, Any]]],
+) -> Iterator[list[dict[str, Any]]]:
+    """An API's pages, as their articles (`listed`), from url, each page's
+    next one (`following`) on the source's own host only. The first page's
+    `total` is how many to expect, and how many pages there may be; a next
+    page read already (a loop) or one too many stops the sync."""
+    seen: set[str] = set()
+    limit = MAX_API_PAGES
     while url:
+        _check_page(run, url, seen, limit)
+        seen.add(url)
+        run.pages_read += 1
         page = parse_json(fetcher.get(url).body, url)
-        if first and isinstance(page, dict) and isinstance(page.get(total), int):
-            run.expect(page[total])
-        first = False
-        yield page
+        articles = listed(page, url)
+        if len(seen) == 1:
+            announced = page.get(total) if isinstance(page, dict) else None
+            if isinstance(announced, int):
+                run.expect(announced)
+            limit = _page_limit(announced, len(articles))
+        yield articles
         following_url = following(page)
         url = urljoin(url, following_url) if following_url else None
         if url and not fetcher.allowed(url):
             raise Refused("the next page is on another host: not followed")
+
+
+def _check_page(run: Run, url: str, seen: set[str], limit: int) -> None:
+    """Raises SourceError for a page not to read: one read already (the
+    pages loop), or one past the listing's or the sync's page limit."""
+    if url in seen:
+        raise SourceError(
+            f"the next page after page {len(seen)} is {shown(url)}, read already in this sync (the pages loop): stopped"
+        )
+    if len(seen) >= limit:
+        raise SourceError(f"{shown(url)}: more than {limit} pages, more than its first page announced: stopped")
+    if run.pages_read >= MAX_API_PAGES:
+        raise SourceError(f"{shown(url)}: more than {MAX_API_PAGES} pages in one sync: stopped")
+
+
+def _page_limit(announced: object, size: int) -> int:
+    """The pages a listing may take: those its announced articles fill at
+    its first page's size, a tenth more (articles added while it is read)."""
+    if not isinstance(announced, int) or isinstance(announced, bool) or announced < 0 or size < 1:
+        return MAX_API_PAGES
+    pages = -(-announced // size)
+    return min(MAX_API_PAGES, pages + pages // 10 + 1)
 
 
 def saved_pages(location: str) -> list[tuple[str, Any]]:

@@ -1,18 +1,19 @@
 """HTTP for importers: one source's own host, nothing else.
 
 Every request, and every redirect hop, is checked before it is made:
-http or https only, the source's host and port only, and (unless
-KOOKEE_IMPORT_ALLOW_PRIVATE) no address of this machine or its private
-networks, so that a source's URL cannot make the server read what only it
-can reach (SSRF). A body larger than KOOKEE_IMPORT_MAX_BYTES and a fetch
-longer than KOOKEE_IMPORT_TIMEOUT seconds are abandoned. 429 answers wait
-for their Retry-After, 5xx and network errors are retried with backoff, a
-few times. The token goes in the Authorization header, to that host only,
-and never into an error message or a log line.
-
-Left open: a host whose DNS answer changes between the check and the
-connection (DNS rebinding) would slip past the address check; a deployment
-that must rule it out puts the importer behind an egress proxy.
+http or https only, the source's host and port only. Every connection is
+checked as it is made (Guard, httpx2's network backend here): the host is
+resolved once, every address it resolves to must be public (public(), unless
+KOOKEE_IMPORT_ALLOW_PRIVATE), and the socket connects to one of those very
+addresses, so that a source's URL cannot make the server read what only it
+can reach (SSRF), not even with a DNS answer that changes between two
+lookups (rebinding): there is no second lookup. A body larger than
+KOOKEE_IMPORT_MAX_BYTES and a fetch longer than KOOKEE_IMPORT_TIMEOUT seconds
+are abandoned, and a sync that runs past KOOKEE_IMPORT_DEADLINE_SECONDS
+(every Fetcher of a sync shares its deadline) stops. 429 answers wait for
+their Retry-After, 5xx and network errors are retried with backoff, a few
+times. The token goes in the Authorization header, to that host only, and
+never into an error message or a log line.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import ipaddress
 import logging
 import socket
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
+import httpcore2
 import httpx2
 from django.conf import settings
 
@@ -36,6 +39,22 @@ BACKOFF_SECONDS = (1, 2, 4, 8)
 MAX_RETRY_AFTER = 120  # a longer Retry-After fails the sync rather than stall it
 USER_AGENT = "KookeeHelpCenterImporter/1.0 (+https://github.com/kookee)"
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# IPv6 ranges that Python's is_global calls global but that lead to private
+# IPv4 addresses, or to whatever a network's own router makes of them.
+NOT_PUBLIC_V6 = tuple(
+    ipaddress.IPv6Network(network)
+    for network in (
+        "64:ff9b::/96",  # NAT64: 64:ff9b::a9fe:a9fe is 169.254.169.254 on a NAT64 network
+        "64:ff9b:1::/48",  # NAT64, local use
+        "2002::/16",  # 6to4: the IPv4 address it embeds, through a relay
+        "2001::/32",  # Teredo: a tunnel to an IPv4 address
+        "::/96",  # IPv4-compatible (deprecated): ::a9fe:a9fe
+        "::ffff:0:0:0/96",  # IPv4-translated (SIIT): ::ffff:0:a9fe:a9fe
+        "fec0::/10",  # site-local (deprecated, still routed inside some networks)
+    )
+)
+
 
 class FetchError(Exception):
     """A source could not be read: the sync stops and changes nothing more."""
@@ -46,8 +65,17 @@ class Refused(FetchError):
     scheme other than http(s))."""
 
 
+class PrivateAddress(Refused):
+    """A host at an address of this machine or its private networks: the
+    source as a whole is refused (not a page to skip)."""
+
+
 class Redirected(FetchError):
     """Redirects in a loop, or too many of them."""
+
+
+class Overdue(FetchError):
+    """The sync ran past its deadline (KOOKEE_IMPORT_DEADLINE_SECONDS)."""
 
 
 @dataclass(frozen=True)
@@ -71,12 +99,12 @@ class Response:
 def origin(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Refused(f"not an http(s) URL: {_shown(url)}")
+        raise Refused(f"not an http(s) URL: {shown(url)}")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return parts.scheme, parts.hostname.lower(), port
 
 
-def _shown(url: str) -> str:
+def shown(url: str) -> str:
     """A URL for messages: without credentials or query (either may hold a secret)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
@@ -84,29 +112,96 @@ def _shown(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
-def check_address(host: str, port: int) -> None:
-    """Refuses a host that is, or resolves to, an address that is not
-    public: loopback, private networks, link-local (cloud metadata),
-    multicast, reserved."""
-    if settings.KOOKEE_IMPORT_ALLOW_PRIVATE:
-        return
+def sync_deadline() -> float:
+    """When a sync starting now must stop (time.monotonic())."""
+    return time.monotonic() + settings.KOOKEE_IMPORT_DEADLINE_SECONDS
+
+
+def public(address: IPAddress) -> bool:
+    """Whether an importer may connect to this address: not loopback, a
+    private network, link-local (cloud metadata), multicast or reserved, nor
+    an IPv6 form that reaches an IPv4 address through a translator or a
+    tunnel (NAT64, 6to4, Teredo, IPv4-compatible and -translated), nor
+    site-local. An IPv4-mapped address (::ffff:a.b.c.d) is the IPv4
+    address itself to the kernel: it is judged as that address."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return public(address.ipv4_mapped)
+        if any(address in network for network in NOT_PUBLIC_V6):
+            return False
+    return address.is_global and not address.is_multicast
+
+
+def allowed_address(address: IPAddress) -> bool:
+    return bool(settings.KOOKEE_IMPORT_ALLOW_PRIVATE) or public(address)
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """The addresses a host resolves to (an address: itself), in the resolver's order."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
         raise FetchError(f"cannot resolve {host}: {e.strerror}") from None
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%")[0])
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-            address = address.ipv4_mapped
-        if not address.is_global or address.is_multicast:
-            raise Refused(
-                f"{host} is a private or local address ({address}): not fetched "
-                "(KOOKEE_IMPORT_ALLOW_PRIVATE=true allows a source on this machine or its network)"
-            )
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class Guard(httpcore2.SyncBackend):
+    """The network backend of every importer's connection: it resolves the
+    host itself, refuses it when any address it resolves to is not allowed,
+    and connects to one of those checked addresses (by number, so the socket
+    does no lookup of its own). httpcore calls it for each new connection,
+    those that replace a closed keep-alive one too; the Host header and TLS's
+    SNI still name the host (httpcore takes them from the request)."""
+
+    def __init__(
+        self, resolve: Callable[[str, int], list[str]] = resolve, allowed: Callable[[IPAddress], bool] = allowed_address
+    ) -> None:
+        self._resolve = resolve
+        self._allowed = allowed
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.NetworkStream:
+        addresses = self._resolve(host, port)
+        for address in addresses:
+            number = ipaddress.ip_address(address.split("%")[0])  # without an IPv6 zone (fe80::1%eth0)
+            if not self._allowed(number):
+                raise PrivateAddress(
+                    f"{host} is at a private or local address ({number}): not fetched "
+                    "(KOOKEE_IMPORT_ALLOW_PRIVATE=true allows a source on this machine or its network)"
+                )
+        failed: httpcore2.ConnectError | None = None
+        for address in addresses:
+            try:
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore2.ConnectError as e:
+                failed = e  # the next address, as socket.create_connection would
+        raise failed or httpcore2.ConnectError(f"{host} resolves to no address")
+
+
+class _Transport(httpx2.HTTPTransport):
+    """httpx2's own transport, whose connections Guard makes: httpx2 takes
+    no network backend, so its connection pool is made again with one."""
+
+    def __init__(self, network: httpcore2.NetworkBackend) -> None:
+        context = httpx2.create_ssl_context(trust_env=False)  # its certificates loaded once, for both
+        super().__init__(verify=context, trust_env=False)
+        self._pool = httpcore2.ConnectionPool(
+            ssl_context=context,
+            max_connections=10,  # a crawl fetches at most 8 at a time
+            keepalive_expiry=5.0,  # httpx2's default
+            network_backend=network,
+        )
 
 
 class Fetcher:
-    """GETs within one origin (the source's), with bounds and retries."""
+    """GETs within one origin (the source's), with bounds and retries, until
+    the sync's deadline (a Run's; else KOOKEE_IMPORT_DEADLINE_SECONDS from now)."""
 
     def __init__(
         self,
@@ -115,15 +210,21 @@ class Fetcher:
         token: str = "",
         scheme: str = "Bearer",
         headers: dict[str, str] | None = None,
+        deadline: float | None = None,
+        network: Guard | None = None,
     ) -> None:
         self.origin = origin(base_url)
         self.requests = 0
+        self.deadline = sync_deadline() if deadline is None else deadline
         self._headers = {"User-Agent": USER_AGENT, **(headers or {})}
         if token:
             self._headers["Authorization"] = f"{scheme} {token}"
-        timeout = settings.KOOKEE_IMPORT_TIMEOUT
-        self._client = httpx2.Client(timeout=httpx2.Timeout(timeout), follow_redirects=False, trust_env=False)
-        self._checked: set[str] = set()
+        self._client = httpx2.Client(
+            transport=_Transport(network or Guard()),
+            timeout=httpx2.Timeout(settings.KOOKEE_IMPORT_TIMEOUT),
+            follow_redirects=False,
+            trust_env=False,
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -141,6 +242,26 @@ class Fetcher:
         except Refused:
             return False
 
+    def time_left(self) -> float:
+        """Seconds until the sync's deadline; raises Overdue past it."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise Overdue(
+                f"the sync ran out of time ({settings.KOOKEE_IMPORT_DEADLINE_SECONDS:g} s, "
+                "KOOKEE_IMPORT_DEADLINE_SECONDS): stopped"
+            )
+        return left
+
+    def wait(self, seconds: float) -> None:
+        """Waits (a retry's backoff, a crawl delay), unless the sync's
+        deadline comes first: then it stops now rather than wait in vain."""
+        if seconds >= self.time_left():
+            raise Overdue(
+                f"the sync would run out of time ({settings.KOOKEE_IMPORT_DEADLINE_SECONDS:g} s, "
+                f"KOOKEE_IMPORT_DEADLINE_SECONDS) waiting {seconds:.0f} s more: stopped"
+            )
+        pause(seconds)
+
     def get(self, url: str, headers: dict[str, str] | None = None, accept_missing: bool = False) -> Response:
         """The answer to a GET, after redirects within the origin and
         retries. 304 is an answer (conditional requests); so are 404 and 410
@@ -150,24 +271,24 @@ class Fetcher:
                 response = self._follow(url, headers or {})
             except httpx2.TransportError as e:
                 if attempt == RETRIES:
-                    raise FetchError(f"{_shown(url)}: {type(e).__name__}") from None
-                pause(BACKOFF_SECONDS[attempt])
+                    raise FetchError(f"{shown(url)}: {type(e).__name__}") from None
+                self.wait(BACKOFF_SECONDS[attempt])
                 continue
             status = response.status
             if status == 429 or status >= 500:
                 if attempt == RETRIES:
-                    raise FetchError(f"{_shown(url)} answered {status} after {RETRIES + 1} attempts")
+                    raise FetchError(f"{shown(url)} answered {status} after {RETRIES + 1} attempts")
                 wait = _retry_after(response.headers.get("retry-after"))
                 if wait is None:
                     wait = BACKOFF_SECONDS[attempt]
                 if wait > MAX_RETRY_AFTER:
-                    raise FetchError(f"{_shown(url)} asks to wait {wait:.0f} s (Retry-After): try later")
-                logger.info("import: %s answered %s, again in %.1f s", _shown(url), status, wait)
-                pause(wait)
+                    raise FetchError(f"{shown(url)} asks to wait {wait:.0f} s (Retry-After): try later")
+                logger.info("import: %s answered %s, again in %.1f s", shown(url), status, wait)
+                self.wait(wait)
                 continue
             if 200 <= status < 300 or status == 304 or (accept_missing and status in (404, 410)):
                 return response
-            raise FetchError(f"{_shown(url)} answered {status}")
+            raise FetchError(f"{shown(url)} answered {status}")
         raise AssertionError("unreachable")
 
     def _follow(self, url: str, headers: dict[str, str]) -> Response:
@@ -175,38 +296,38 @@ class Fetcher:
         for _ in range(MAX_REDIRECTS + 1):
             self._check(url)
             if url in seen:
-                raise Redirected(f"redirect loop at {_shown(url)}")
+                raise Redirected(f"redirect loop at {shown(url)}")
             seen.add(url)
             response = self._get(url, headers)
             if response.status in (301, 302, 303, 307, 308) and response.headers.get("location"):
                 url = urljoin(url, response.headers["location"])
                 continue
             return response
-        raise Redirected(f"more than {MAX_REDIRECTS} redirects from {_shown(url)}")
+        raise Redirected(f"more than {MAX_REDIRECTS} redirects from {shown(url)}")
 
     def _check(self, url: str) -> None:
-        found = origin(url)
-        if found != self.origin:
-            raise Refused(f"{_shown(url)} is not on the source's host ({self.origin[1]}): not fetched")
-        if found[1] not in self._checked:
-            check_address(found[1], found[2])
-            self._checked.add(found[1])
+        # Its address is the Guard's to check, when it connects.
+        if origin(url) != self.origin:
+            raise Refused(f"{shown(url)} is not on the source's host ({self.origin[1]}): not fetched")
 
     def _get(self, url: str, headers: dict[str, str]) -> Response:
         self.requests += 1
-        deadline = time.monotonic() + settings.KOOKEE_IMPORT_TIMEOUT
+        seconds = min(settings.KOOKEE_IMPORT_TIMEOUT, self.time_left())
+        deadline = time.monotonic() + seconds
         limit = settings.KOOKEE_IMPORT_MAX_BYTES
-        with self._client.stream("GET", url, headers={**self._headers, **headers}) as response:
+        timeout = httpx2.Timeout(seconds)
+        with self._client.stream("GET", url, headers={**self._headers, **headers}, timeout=timeout) as response:
             declared = response.headers.get("content-length")
             if declared and declared.isdigit() and int(declared) > limit:
-                raise FetchError(f"{_shown(url)} is larger than {limit} bytes: not imported")
+                raise FetchError(f"{shown(url)} is larger than {limit} bytes: not imported")
             chunks, size = [], 0
             for chunk in response.iter_bytes():
                 size += len(chunk)
                 if size > limit:
-                    raise FetchError(f"{_shown(url)} is larger than {limit} bytes: not imported")
+                    raise FetchError(f"{shown(url)} is larger than {limit} bytes: not imported")
                 if time.monotonic() > deadline:
-                    raise FetchError(f"{_shown(url)} took longer than {settings.KOOKEE_IMPORT_TIMEOUT} s")
+                    self.time_left()  # the sync's deadline, when it is what cut this fetch short
+                    raise FetchError(f"{shown(url)} took longer than {settings.KOOKEE_IMPORT_TIMEOUT} s")
                 chunks.append(chunk)
             return Response(str(response.url), response.status_code, response.headers, b"".join(chunks))
 

@@ -38,11 +38,11 @@ def _articles(run: Run) -> Iterator[dict[str, Any]]:
         return
     base = location.rstrip("/").removesuffix("/articles")
     headers = {"Accept": "application/json", "Intercom-Version": API_VERSION}
-    with Fetcher(base, token=token_for(run.source), headers=headers) as fetcher:
+    with Fetcher(base, token=token_for(run.source), headers=headers, deadline=run.deadline) as fetcher:
         url = f"{base}/articles?per_page={PER_PAGE}"
         following = lambda page: _next(base, page.get("pages") or {}) if isinstance(page, dict) else None  # noqa: E731
-        for page in api_pages(run, fetcher, url, following, "total_count"):
-            yield from _listed(page, url)
+        for articles in api_pages(run, fetcher, url, following, "total_count", _listed):
+            yield from articles
 
 
 def _next(base: str, pages: dict[str, Any]) -> str | None:

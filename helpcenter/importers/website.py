@@ -9,7 +9,10 @@ https://acme.example/docs/ crawls /docs/... only. Either way:
   agent, and its Crawl-delay);
 - only the source's own host is fetched (helpcenter/importers/fetch.py);
 - at most the `max_pages` setting (default 500) pages, `concurrency`
-  (default 2) at a time;
+  (default 2) at a time; a sitemap is read as it streams in, only until
+  that many pages are queued, at most MAX_SITEMAP_URLS of each sitemap and
+  MAX_SITEMAPS in all, never its XML whole in memory, and never with a
+  DOCTYPE (a DTD's entities can expand a few bytes into gigabytes);
 - a page fetched before is asked for again with its ETag and Last-Modified:
   304 keeps the article as it is;
 - each page's main content (its <main> or <article>) becomes the article,
@@ -22,21 +25,26 @@ from __future__ import annotations
 
 import gzip
 import io
-import time
+import itertools
 import urllib.robotparser
-from collections.abc import Iterator
+import zlib
+from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urldefrag, urljoin, urlsplit
-from xml.etree import ElementTree
+from xml.parsers import expat
 
 from helpcenter.importers import Item, Kept, Run, SourceError, locale
-from helpcenter.importers.fetch import USER_AGENT, Fetcher, Redirected, Refused, Response
+from helpcenter.importers.fetch import USER_AGENT, Fetcher, PrivateAddress, Redirected, Refused, Response
 from helpcenter.importers.html import main_content, parse, to_markdown
 
 HTML = ("text/html", "application/xhtml+xml")
-MAX_SITEMAPS = 50
+MAX_SITEMAPS = 50  # read in one sync, through an index and the indexes it lists
+MAX_SITEMAP_URLS = 50_000  # entries of one sitemap (or index): the protocol's own limit
 MAX_SITEMAP_BYTES = 50_000_000  # the protocol's own limit, uncompressed
+MAX_LOC = 2_048  # characters of a URL in a sitemap: the protocol's own limit
+CHUNK = 64 * 1024  # of XML, decompressed and parsed at a time
 # Links a crawl does not follow: files, not pages.
 NOT_PAGES = (".pdf", ".zip", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".mp4", ".css", ".js", ".json", ".xml")
 TITLE_SEPARATORS = (" · ", " | ", " \u2013 ", " \u2014 ", " - ")
@@ -51,12 +59,14 @@ def read(run: Run) -> Iterator[Item | Kept]:
     before: dict[str, dict[str, Any]] = source.state.get("pages", {}) if isinstance(source.state, dict) else {}
     after: dict[str, dict[str, Any]] = {}
     run.state["pages"] = after
-    with Fetcher(start) as fetcher:
+    with Fetcher(start, deadline=run.deadline) as fetcher:
         robots = _robots(fetcher, start)
         delay = float(robots.crawl_delay(USER_AGENT) or 0)
         sitemap = urlsplit(start).path.lower().endswith((".xml", ".xml.gz"))
         if sitemap:
-            queue = [u for u in _sitemap_pages(fetcher, start) if robots.can_fetch(USER_AGENT, u)]
+            # Read lazily: the sitemaps stop being read once max_pages are queued.
+            listed = (u for u in _sitemap_pages(fetcher, start) if robots.can_fetch(USER_AGENT, u))
+            queue = list(itertools.islice(_unique(listed), max_pages))
             prefix = ""
         else:
             queue = [u for u in [urldefrag(start)[0]] if robots.can_fetch(USER_AGENT, u)]
@@ -64,7 +74,6 @@ def read(run: Run) -> Iterator[Item | Kept]:
             # A folder: /docs/, or /docs (no extension); a page's folder otherwise.
             last = path.rsplit("/", 1)[1]
             prefix = path + "/" if last and "." not in last else path[: path.rfind("/") + 1]
-        queue = list(dict.fromkeys(queue))[:max_pages]
         run.expect(len(queue))
         queued = set(queue)
         position = 0
@@ -94,7 +103,7 @@ def read(run: Run) -> Iterator[Item | Kept]:
                             queue.append(link)
                             run.expect(1)
                 if delay:
-                    time.sleep(min(delay, 30))
+                    fetcher.wait(min(delay, 30))
 
 
 def _robots(fetcher: Fetcher, start: str) -> urllib.robotparser.RobotFileParser:
@@ -105,32 +114,121 @@ def _robots(fetcher: Fetcher, start: str) -> urllib.robotparser.RobotFileParser:
     return robots
 
 
-def _sitemap_pages(fetcher: Fetcher, url: str) -> list[str]:
+def _sitemap_pages(fetcher: Fetcher, url: str) -> Iterator[str]:
     """The pages a sitemap lists, through a sitemap index's sitemaps, on the
-    source's host only."""
-    pages: list[str] = []
-    pending, read = [url], 0
+    source's host only, as they are read: stop iterating and the reading
+    stops too."""
+    pending, seen = deque([url]), {url}
+    read = 0
     while pending and read < MAX_SITEMAPS:
-        current = pending.pop(0)
+        current = pending.popleft()
         read += 1
-        body = fetcher.get(current).body
-        if body[:2] == b"\x1f\x8b":
-            body = gzip.GzipFile(fileobj=io.BytesIO(body)).read(MAX_SITEMAP_BYTES + 1)
-            if len(body) > MAX_SITEMAP_BYTES:
-                raise SourceError(f"the sitemap {current} is larger than {MAX_SITEMAP_BYTES} bytes")
+        sitemap = _Sitemap(current)
+        for location in sitemap.read(_xml(fetcher, current)):
+            if not fetcher.allowed(location):
+                continue
+            if sitemap.kind == "urlset":
+                yield urldefrag(location)[0]
+            elif len(seen) >= MAX_SITEMAPS:
+                break  # the rest of this index would not be read
+            elif location not in seen:
+                seen.add(location)
+                pending.append(location)
+
+
+def _unique(urls: Iterable[str]) -> Iterator[str]:
+    seen: set[str] = set()
+    for url in urls:
+        if url not in seen:
+            seen.add(url)
+            yield url
+
+
+def _xml(fetcher: Fetcher, url: str) -> Iterator[bytes]:
+    """A sitemap's XML, CHUNK by CHUNK, ungzipped as it is read (a gzip
+    sitemap whose XML is larger than MAX_SITEMAP_BYTES is refused there),
+    within the sync's deadline."""
+    body = fetcher.get(url).body  # at most KOOKEE_IMPORT_MAX_BYTES
+    stream = gzip.GzipFile(fileobj=io.BytesIO(body)) if body[:2] == b"\x1f\x8b" else io.BytesIO(body)
+    size = 0
+    while True:
+        fetcher.time_left()
         try:
-            root = ElementTree.fromstring(body)
-        except ElementTree.ParseError:
-            raise SourceError(f"{current} is not a sitemap (not XML)") from None
-        kind = root.tag.rsplit("}", 1)[-1]
-        locations = [el.text.strip() for el in root.iter() if el.tag.rsplit("}", 1)[-1] == "loc" and el.text]
-        if kind == "sitemapindex":
-            pending += [loc for loc in locations if fetcher.allowed(loc)]
-        elif kind == "urlset":
-            pages += [urldefrag(loc)[0] for loc in locations if fetcher.allowed(loc)]
-        else:
-            raise SourceError(f"{current} is not a sitemap (<{kind}>)")
-    return pages
+            chunk = stream.read(CHUNK)
+        except (OSError, EOFError, zlib.error):
+            raise SourceError(f"{url} is not a sitemap (its gzip is broken)") from None
+        if not chunk:
+            return
+        size += len(chunk)
+        if size > MAX_SITEMAP_BYTES:
+            raise SourceError(f"the sitemap {url} is larger than {MAX_SITEMAP_BYTES} bytes")
+        yield chunk
+
+
+class _Sitemap:
+    """One sitemap (or index) parsed as its XML streams in, by expat, with
+    no tree kept: the <loc>s in its own namespace, the first
+    MAX_SITEMAP_URLS of them. A DOCTYPE is refused: a sitemap needs none,
+    and a DTD's entities are how a few bytes of XML expand into gigabytes
+    (expat 2.4 and later bound that too, but a system's may be older)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.kind = ""
+        self.namespace = ""
+        self.count = 0
+        self._found: list[str] = []
+        self._text: list[str] | None = None  # inside a <loc>
+        self._length = 0
+        self._parser = expat.ParserCreate(namespace_separator="}")
+        self._parser.StartDoctypeDeclHandler = self._doctype
+        self._parser.StartElementHandler = self._start
+        self._parser.EndElementHandler = self._end
+        self._parser.CharacterDataHandler = self._characters
+
+    def read(self, chunks: Iterable[bytes]) -> Iterator[str]:
+        """Its locations, chunk by chunk, until MAX_SITEMAP_URLS."""
+        for chunk in chunks:
+            yield from self._feed(chunk, final=False)
+            if self.count >= MAX_SITEMAP_URLS:
+                return
+        yield from self._feed(b"", final=True)
+
+    def _feed(self, chunk: bytes, final: bool) -> list[str]:
+        try:
+            self._parser.Parse(chunk, final)
+        except expat.ExpatError as e:
+            raise SourceError(f"{self.url} is not a sitemap (not XML: {expat.ErrorString(e.code)})") from None
+        found, self._found = self._found, []
+        return found
+
+    def _doctype(self, *args: object) -> None:
+        raise SourceError(f"{self.url}: a sitemap with a DOCTYPE is refused (its entities could expand without bound)")
+
+    def _start(self, name: str, attributes: dict[str, str]) -> None:
+        namespace, _, tag = name.rpartition("}")
+        if not self.kind:
+            if tag not in ("urlset", "sitemapindex"):
+                raise SourceError(f"{self.url} is not a sitemap (<{tag}>)")
+            self.kind, self.namespace = tag, namespace
+        elif tag == "loc" and namespace == self.namespace:  # not an image's <image:loc>
+            self._text, self._length = [], 0
+
+    def _characters(self, data: str) -> None:
+        if self._text is not None:
+            self._length += len(data)
+            if self._length <= MAX_LOC:
+                self._text.append(data)
+
+    def _end(self, name: str) -> None:
+        if self._text is None or name.rpartition("}")[2] != "loc":
+            return
+        text, self._text = "".join(self._text).strip(), None
+        if self.count >= MAX_SITEMAP_URLS:
+            return  # the rest of the chunk that reached it
+        self.count += 1
+        if text and self._length <= MAX_LOC:
+            self._found.append(text)
 
 
 def _get(fetcher: Fetcher, url: str, before: dict[str, Any] | None) -> Response | None:
@@ -141,6 +239,8 @@ def _get(fetcher: Fetcher, url: str, before: dict[str, Any] | None) -> Response 
         headers["If-Modified-Since"] = before["last_modified"]
     try:
         return fetcher.get(url, headers=headers, accept_missing=True)
+    except PrivateAddress:
+        raise  # the site's own host, at an address it may not be: the sync stops
     except (Redirected, Refused):
         return None  # a page that leads away or in circles is not a page of this site
 

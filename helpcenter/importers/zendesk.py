@@ -60,11 +60,12 @@ def _articles(run: Run, locales: list[str]) -> Iterator[dict[str, Any]]:
     scheme, credentials = "Bearer", token
     if ":" in token:  # email/token:API_TOKEN
         scheme, credentials = "Basic", base64.b64encode(token.encode()).decode()
-    with Fetcher(base, token=credentials, scheme=scheme, headers={"Accept": "application/json"}) as fetcher:
+    headers = {"Accept": "application/json"}
+    with Fetcher(base, token=credentials, scheme=scheme, headers=headers, deadline=run.deadline) as fetcher:
         for wanted in [given] if given else locales or ["en-us"]:
             url = wanted if given else f"{base}/api/v2/help_center/{quote(wanted)}/articles.json?per_page={PER_PAGE}"
-            for page in api_pages(run, fetcher, url, _next, "count"):
-                yield from _listed(page, url)
+            for articles in api_pages(run, fetcher, url, _next, "count", _listed):
+                yield from articles
 
 
 def _base(location: str) -> tuple[str, str]:

@@ -5,6 +5,9 @@ leaves the machine.
 
 Each records the requests it got, and a test can queue faults for the next
 ones (a 429 with Retry-After, a 500, a stall) or change what it serves.
+Two play the hostile sources of the security audit: a Zendesk whose
+next_page is itself (`ZendeskServer(loop=True)`), and a website whose sitemap
+index lists gzip sitemaps of 900,000 URLs each (`SitemapBombServer`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import hashlib
 import json
 import threading
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -103,15 +107,17 @@ def _json(value: Any, status: int = 200) -> Answer:
 
 class ZendeskServer(Server):
     """GET /api/v2/help_center/{locale}/articles.json?page=N&per_page=M, as
-    Zendesk answers it (count, page, page_count, next_page as an absolute URL)."""
+    Zendesk answers it (count, page, page_count, next_page as an absolute URL).
+    With `loop`, every page's next_page is that page itself."""
 
-    def __init__(self, per_page: int = 10, token: str | None = None) -> None:
+    def __init__(self, per_page: int = 10, token: str | None = None, loop: bool = False) -> None:
         self.articles: dict[str, list[dict[str, Any]]] = {
             "en-us": json.loads((ZENDESK / "articles.en-us.json").read_text()),
             "pt-br": json.loads((ZENDESK / "articles.pt-br.json").read_text()),
         }
         self.per_page = per_page
         self.token = token  # when set, the Authorization header it wants
+        self.loop = loop
         super().__init__()
 
     def answer(self, path: str, query: dict[str, list[str]], headers: dict[str, str]) -> Answer:
@@ -130,6 +136,7 @@ class ZendeskServer(Server):
         count = len(articles)
         pages = max(1, -(-count // size))
         base = f"{self.url}/api/v2/help_center/{locale}/articles.json"
+        following = page if self.loop else page + 1
         return _json(
             {
                 "articles": articles[(page - 1) * size : page * size],
@@ -139,7 +146,7 @@ class ZendeskServer(Server):
                 "per_page": size,
                 "sort_by": "position",
                 "sort_order": "asc",
-                "next_page": f"{base}?page={page + 1}&per_page={size}" if page < pages else None,
+                "next_page": f"{base}?page={following}&per_page={size}" if page < pages or self.loop else None,
                 "previous_page": f"{base}?page={page - 1}&per_page={size}" if page > 1 else None,
             }
         )
@@ -231,3 +238,49 @@ class SiteServer(Server):
             return Answer(304, b"", {"ETag": etag})
         kind = {".xml": "application/xml", ".txt": "text/plain"}.get(Path(path).suffix, "text/html; charset=utf-8")
         return Answer(200, body, {"Content-Type": kind, "ETag": etag, "Last-Modified": self.modified})
+
+
+class SitemapBombServer(Server):
+    """The audit's hostile website: /sitemap_index.xml lists `sitemaps` gzip
+    sitemaps of `urls` pages each (by default 6 of 900,000: 46 MB of XML,
+    2.3 MB gzipped, each), and every page it lists answers a small article.
+    The sitemap is made once per server, as a stream (its XML is never whole
+    in memory), and served the same under each name; no robots.txt."""
+
+    def __init__(self, sitemaps: int = 6, urls: int = 900_000) -> None:
+        super().__init__()
+        self.sitemaps = sitemaps
+        self.sitemap = _gzip_sitemap(self.url, urls)
+
+    def answer(self, path: str, query: dict[str, list[str]], headers: dict[str, str]) -> Answer:
+        if path == "/sitemap_index.xml":
+            listed = "".join(
+                f"<sitemap><loc>{self.url}/sitemaps/{n}.xml.gz</loc></sitemap>" for n in range(1, self.sitemaps + 1)
+            )
+            body = f'<?xml version="1.0" encoding="UTF-8"?><sitemapindex xmlns="{SITEMAPS}">{listed}</sitemapindex>'
+            return Answer(200, body.encode(), {"Content-Type": "application/xml"})
+        if path.startswith("/sitemaps/") and path.endswith(".xml.gz"):
+            return Answer(200, self.sitemap, {"Content-Type": "application/gzip"})
+        number = path.strip("/")
+        if number.isdigit():
+            page = (
+                f'<html lang="en"><head><title>Page {number}</title></head><body><main>'
+                f"<h1>Page {number}</h1><p>Article {number} of a very large site.</p></main></body></html>"
+            )
+            return Answer(200, page.encode(), {"Content-Type": "text/html; charset=utf-8"})
+        return Answer(404, b"Not found", {"Content-Type": "text/plain"})
+
+
+SITEMAPS = "http://www.sitemaps.org/schemas/sitemap/0.9"
+
+
+def _gzip_sitemap(origin: str, urls: int) -> bytes:
+    """A gzip sitemap of `urls` pages (origin/0, origin/1, ...), compressed
+    as it is written."""
+    packer = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [packer.compress(f'<?xml version="1.0" encoding="UTF-8"?><urlset xmlns="{SITEMAPS}">'.encode())]
+    for start in range(0, urls, 10_000):
+        block = "".join(f"<url><loc>{origin}/{n}</loc></url>" for n in range(start, min(urls, start + 10_000)))
+        parts.append(packer.compress(block.encode()))
+    parts += [packer.compress(b"</urlset>"), packer.flush()]
+    return b"".join(parts)

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from helpcenter.importers import secrets
+from helpcenter.importers import SourceError, secrets
 from helpcenter.importers.sync import sync
 from helpcenter.models import Article, Source
 from tests.helpcenter.import_servers import Fault, IntercomServer, intercom_article
@@ -145,3 +145,20 @@ def test_the_articles_endpoint_itself_works_as_the_location(intercom):
         kind="intercom", name="I", location=intercom.url + "/articles", token_encrypted=secrets.encrypt("ic-token")
     )
     assert sync(source).added == 6
+
+
+def test_a_next_page_read_already_is_refused(intercom, source, monkeypatch):
+    original = intercom.answer
+
+    def back_to_the_first(path, query, headers):
+        answer = original(path, query, headers)
+        page = json.loads(answer.body)
+        page["pages"]["next"] = f"{intercom.url}/articles?page=1"  # page 2 leads back to page 1, and so on
+        answer.body = json.dumps(page).encode()
+        return answer
+
+    monkeypatch.setattr(intercom, "answer", back_to_the_first)
+    with pytest.raises(SourceError, match=r"the next page after page 2 .* read already in this sync"):
+        sync(source)
+    assert [r["query"] for r in intercom.requests] == ["per_page=50", "page=1"]
+    assert not Article.objects.exists()

@@ -212,3 +212,109 @@ def test_a_rerun_through_a_redirect_or_a_canonical_address_keeps_its_articles(si
 
     assert "0 added, 0 updated, 4 unchanged, 0 unpublished" in out
     assert Article.objects.filter(published=True).count() == 4
+
+
+@pytest.fixture
+def sitemap_bomb():
+    from tests.helpcenter.import_servers import SitemapBombServer
+
+    server = SitemapBombServer()
+    yield server
+    server.close()
+
+
+def test_a_sitemap_index_of_huge_sitemaps_is_read_only_until_max_pages(sitemap_bomb):
+    """The audit's: 6 gzip sitemaps of 900,000 URLs each, read whole (1.09 GB)
+    although --max-pages 3."""
+    out = run("website", f"{sitemap_bomb.url}/sitemap_index.xml", "--max-pages", "3")
+
+    assert "3 added" in out
+    fetched = sitemap_bomb.paths()
+    assert fetched[:3] == ["/robots.txt", "/sitemap_index.xml", "/sitemaps/1.xml.gz"]  # not sitemaps 2 to 6
+    assert sorted(fetched[3:]) == ["/0", "/1", "/2"]
+
+
+def test_a_sitemap_is_read_up_to_its_limit_of_urls(monkeypatch):
+    from helpcenter.importers import website
+    from tests.helpcenter.import_servers import SitemapBombServer
+
+    monkeypatch.setattr(website, "MAX_SITEMAP_URLS", 5)
+    server = SitemapBombServer(sitemaps=1, urls=8)
+    try:
+        assert "5 added" in run("website", f"{server.url}/sitemaps/1.xml.gz")
+    finally:
+        server.close()
+    assert sorted(p for p in server.paths() if p.strip("/").isdigit()) == ["/0", "/1", "/2", "/3", "/4"]
+
+
+def test_an_index_is_read_up_to_its_limit_of_sitemaps(monkeypatch):
+    from helpcenter.importers import website
+    from tests.helpcenter.import_servers import SitemapBombServer
+
+    monkeypatch.setattr(website, "MAX_SITEMAPS", 3)  # the index and two of its sitemaps
+    server = SitemapBombServer(sitemaps=6, urls=2)
+    try:
+        run("website", f"{server.url}/sitemap_index.xml")
+    finally:
+        server.close()
+    assert [p for p in server.paths() if p.startswith("/sitemaps/")] == ["/sitemaps/1.xml.gz", "/sitemaps/2.xml.gz"]
+
+
+def test_a_gzip_sitemap_is_ungzipped_only_up_to_its_limit(monkeypatch):
+    from helpcenter.importers import website
+    from tests.helpcenter.import_servers import SitemapBombServer
+
+    monkeypatch.setattr(website, "MAX_SITEMAP_BYTES", 100_000)
+    server = SitemapBombServer(sitemaps=1, urls=100_000)  # 4 MB of XML, 0.2 MB gzipped
+    try:
+        with pytest.raises(CommandError, match="larger than 100000 bytes"):
+            run("website", f"{server.url}/sitemaps/1.xml.gz", "--max-pages", "100000")
+    finally:
+        server.close()
+    assert not [p for p in server.paths() if p.strip("/").isdigit()]  # no page read before the refusal
+
+
+BILLION_LAUGHS = """<?xml version="1.0"?>
+<!DOCTYPE urlset [
+  <!ENTITY a "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa">
+  <!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">
+  <!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">
+  <!ENTITY d "&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;">
+  <!ENTITY e "&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;">
+]>
+<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>{origin}/docs/&e;</loc></url></urlset>
+"""
+
+
+def test_a_sitemap_with_a_doctype_is_refused_and_unpublishes_nothing(site):
+    assert "5 added" in run("website", f"{site.url}/sitemap_index.xml")
+    site.pages["/sitemap-docs.xml"] = BILLION_LAUGHS
+
+    with pytest.raises(CommandError, match="a sitemap with a DOCTYPE is refused"):
+        run("website", f"{site.url}/sitemap_index.xml")
+
+    assert Article.objects.filter(published=True).count() == 5
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ("<html><body>Not a sitemap</body></html>", r"is not a sitemap \(<html>\)"),
+        ('<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>', "not XML"),
+    ],
+)
+def test_a_sitemap_that_is_not_one_is_a_clear_error(site, body, error):
+    site.pages["/sitemap-docs.xml"] = body
+    with pytest.raises(CommandError, match=error):
+        run("website", f"{site.url}/sitemap-docs.xml")
+
+
+def test_image_locations_in_a_sitemap_are_not_pages(site):
+    site.pages["/sitemap-docs.xml"] = (
+        '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" '
+        'xmlns:image="http://www.google.com/schemas/sitemap-image/1.1">'
+        "<url><loc>{origin}/docs/</loc><image:image><image:loc>{origin}/logo.png</image:loc></image:image></url>"
+        "</urlset>"
+    )
+    assert "1 added" in run("website", f"{site.url}/sitemap-docs.xml")
+    assert "/logo.png" not in site.paths()

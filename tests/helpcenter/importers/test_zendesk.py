@@ -237,3 +237,36 @@ def test_a_relative_next_page_is_followed(zendesk, monkeypatch):
 def test_a_saved_plain_list_of_articles_imports(tmp_path):
     (tmp_path / "articles.json").write_text((ZENDESK / "articles.en-us.json").read_text())
     assert "23 added" in run("zendesk", tmp_path / "articles.json")
+
+
+def test_a_next_page_that_is_the_page_itself_is_refused_after_one_repeat(zendesk):
+    """The audit's: a next_page pointing back at itself was fetched 120 times in 6 s."""
+    run("zendesk", zendesk.url)
+    zendesk.requests.clear()
+    zendesk.loop = True
+
+    with pytest.raises(CommandError, match=r"articles\.json, read already in this sync \(the pages loop\)"):
+        run("zendesk", zendesk.url)
+
+    # The first page, then itself at its own address: its next page is that one again.
+    assert [r["query"] for r in zendesk.requests] == ["per_page=100", "page=1&per_page=10"]
+    assert Article.objects.filter(published=True).count() == 22  # nothing unpublished
+    assert "the pages loop" in Source.objects.get().last_error
+
+
+def test_no_more_pages_are_read_than_the_first_announces(zendesk, monkeypatch):
+    original = zendesk.answer
+
+    def endless(path, query, headers):
+        answer = original(path, query, headers)
+        page = json.loads(answer.body)
+        page["next_page"] = f"{zendesk.url}{path}?page={page['page'] + 1}&per_page=10"  # new, empty pages forever
+        answer.body = json.dumps(page).encode()
+        return answer
+
+    monkeypatch.setattr(zendesk, "answer", endless)
+    with pytest.raises(CommandError, match="more than 4 pages"):
+        run("zendesk", zendesk.url)
+    # 24 articles at 10 a page are 3 pages; one more for articles added while it is read.
+    assert len(zendesk.requests) == 4
+    assert not Article.objects.exists()
