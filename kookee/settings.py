@@ -356,12 +356,12 @@ KOOKEE_IMPORT_ALLOW_PRIVATE = env.bool("KOOKEE_IMPORT_ALLOW_PRIVATE", default=Fa
 # must lie under this folder; unset, the admin accepts none. The
 # import_help_center command, run from a shell, reads any.
 KOOKEE_IMPORT_ROOT = env("KOOKEE_IMPORT_ROOT", default="")
-# "Sync now" in the admin syncs in a child process under this budget, which
-# the kernel enforces (helpcenter/importers/sync.py): address space in MB,
-# CPU seconds, and wall-clock seconds (past KOOKEE_IMPORT_DEADLINE_SECONDS,
-# which stops a sync cleanly first). A first import of 5,000 Zendesk
-# articles in a child took 236 MB of address space and 20 s of CPU.
-KOOKEE_SYNC_MEMORY_MB = env.int("KOOKEE_SYNC_MEMORY_MB", default=1024)
+# "Sync now" in the admin syncs in a child process under this budget
+# (helpcenter/importers/sync.py): resident memory in MB, CPU seconds, and
+# wall-clock seconds (past KOOKEE_IMPORT_DEADLINE_SECONDS, which stops a sync
+# cleanly first). A first import of 5,000 Zendesk articles in a child took
+# 156 MB resident and 20 s of CPU.
+KOOKEE_SYNC_MEMORY_MB = env.int("KOOKEE_SYNC_MEMORY_MB", default=512)
 KOOKEE_SYNC_CPU_SECONDS = env.int("KOOKEE_SYNC_CPU_SECONDS", default=600)
 KOOKEE_SYNC_SECONDS = env.int("KOOKEE_SYNC_SECONDS", default=4200)
 # Handoff to a person (chat/support/handoffs.py). Support is emailed at these

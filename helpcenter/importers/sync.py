@@ -12,7 +12,7 @@
   LEASE_SECONDS (a killed process) can be taken again.
 - The admin's "Sync now" syncs in a child process under a budget
   (KOOKEE_SYNC_MEMORY_MB, KOOKEE_SYNC_CPU_SECONDS, KOOKEE_SYNC_SECONDS) that
-  the kernel enforces: no source, however hostile, can take the server's
+  the child cannot escape: no source, however hostile, can take the server's
   memory or CPU. The server takes the lease and hands it over; a thread of
   the server waits for the child and says how it ended when the child could
   not (killed by its budget).
@@ -55,6 +55,10 @@ PROGRESS_EVERY = 0.5  # seconds between progress writes
 OVER_MEMORY = 3
 OUT_OF_MEMORY = "stopped: out of memory"
 CPU_GRACE = 5  # seconds of CPU past SIGXCPU before the kernel's SIGKILL
+# The child's address space may be this many times its memory budget: threads
+# reserve address space they never touch (glibc's arenas, stacks).
+ADDRESS_SPACE = 3
+MEMORY_WATCH_SECONDS = 0.02  # parsing grows by about 300 MB/s: some 6 MB past the budget at worst
 _budgeted = False  # this process is the admin's child, under the sync budget (limit_this_process)
 CHILD_SETTINGS = ("KOOKEE_SYNC_MEMORY_MB", "KOOKEE_SYNC_CPU_SECONDS", "KOOKEE_SYNC_SECONDS", "KOOKEE_IMPORT_ROOT")
 
@@ -162,25 +166,29 @@ def _child_environment() -> dict[str, str]:
         # Its budget and rules as this process has them: what the reaper
         # says the child ran under is what it ran under.
         **{name: str(getattr(settings, name)) for name in CHILD_SETTINGS},
-        # The memory budget counts address space, and glibc reserves 64 MB
-        # of it for each thread that allocates (a crawl has up to 8): with
-        # two arenas the budget is about memory used (a crawl of 8 threads:
-        # 624 MB of address space for 122 MB resident; with two, 336 MB).
+        # The address space cap is a backstop, and glibc reserves 64 MB of
+        # it for each thread that allocates (a crawl has up to 8): with two
+        # arenas it stays near the memory used (a crawl of 8 threads: 624 MB
+        # of address space for 122 MB resident; with two, 336 MB).
         "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
     }
 
 
 def limit_this_process() -> None:
-    """The admin's child, before it reads anything: its budget, which the
-    kernel enforces whatever the child runs (a loop in C too). Over its
-    address space an allocation fails (MemoryError: the child exits with
-    OVER_MEMORY); over its CPU seconds SIGXCPU ends it, over its wall-clock
-    seconds SIGALRM (their default action: nothing here catches them)."""
+    """The admin's child, before it reads anything: its budget, which holds
+    whatever the child runs (a loop in C too). Over its resident memory a
+    watchdog thread ends it at once (exit OVER_MEMORY); over its CPU seconds
+    SIGXCPU ends it, over its wall-clock seconds SIGALRM (their default
+    action: nothing here catches them). Its address space is capped too, at
+    ADDRESS_SPACE times the memory budget: a backstop for an allocation
+    faster than the watchdog looks, never the first bound to hit, because
+    CPython close to that cap may abort, or crawl through failing mmaps,
+    rather than raise MemoryError (both seen)."""
     global _budgeted
     _budgeted = True
     memory = settings.KOOKEE_SYNC_MEMORY_MB * 2**20
     cpu = settings.KOOKEE_SYNC_CPU_SECONDS
-    _lower(resource.RLIMIT_AS, memory, memory)
+    _lower(resource.RLIMIT_AS, memory * ADDRESS_SPACE, memory * ADDRESS_SPACE)
     _lower(resource.RLIMIT_CPU, cpu, cpu + CPU_GRACE)  # SIGXCPU, then SIGKILL
     _lower(resource.RLIMIT_CORE, 0, 0)  # SIGXCPU's default dumps core otherwise
     stops = {signal.SIGXCPU, signal.SIGALRM}
@@ -189,6 +197,15 @@ def limit_this_process() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     signal.alarm(settings.KOOKEE_SYNC_SECONDS)
     os.nice(10)  # the server's visitors first
+    threading.Thread(target=_watch_memory, args=(memory,), name="kookee-sync-memory", daemon=True).start()
+
+
+def _watch_memory(budget: int) -> None:
+    """Ends this process the moment its resident memory passes the budget
+    (its peak, as the kernel counts it: KB on Linux)."""
+    while resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 <= budget:
+        time.sleep(MEMORY_WATCH_SECONDS)
+    os._exit(OVER_MEMORY)  # the server's reaper records why, and gives the lease back
 
 
 def _lower(limit: int, soft: int, hard: int) -> None:
@@ -232,6 +249,8 @@ def _ending(code: int) -> str:
         return f"stopped: over its CPU budget (KOOKEE_SYNC_CPU_SECONDS, {settings.KOOKEE_SYNC_CPU_SECONDS} s)"
     if code == -signal.SIGALRM:
         return f"stopped: over its time budget (KOOKEE_SYNC_SECONDS, {settings.KOOKEE_SYNC_SECONDS} s)"
+    if code == -signal.SIGABRT:
+        return "stopped: aborted (the server's log says why: CPython aborts when it runs out of memory)"
     if code == -signal.SIGKILL:
         return "stopped: killed (over its CPU budget, or the server was out of memory)"
     if code < 0:

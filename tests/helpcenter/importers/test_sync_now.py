@@ -36,6 +36,14 @@ BOMB = "<b>x</b>" * 250_000
 @pytest.fixture
 def shared_database(transactional_db, tmp_path, monkeypatch):
     connection = connections["default"]
+    monkeypatch.setenv("KOOKEE_IMPORT_ALLOW_PRIVATE", "true")  # the sources are local servers
+    if connection.vendor == "postgresql":
+        # The test database is a server's: the child connects to it as is.
+        db = connection.settings_dict
+        monkeypatch.setenv("DATABASE_URL", f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}")
+        yield None
+        _join_reapers()
+        return
     connection.ensure_connection()
     memory, name = connection.connection, connection.settings_dict["NAME"]
     path = tmp_path / "db.sqlite3"
@@ -45,16 +53,19 @@ def shared_database(transactional_db, tmp_path, monkeypatch):
     connection.connection = None
     connection.settings_dict["NAME"] = str(path)  # the settings' dict: every thread's connection
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{path}")
-    monkeypatch.setenv("KOOKEE_IMPORT_ALLOW_PRIVATE", "true")  # the sources are local servers
     yield path
     try:
-        for reaper in [t for t in threading.enumerate() if t.name.startswith(REAPERS)]:
-            reaper.join(timeout=60)  # nothing of a test's sync outlives it
-            assert not reaper.is_alive(), "a sync's child did not end"
+        _join_reapers()
     finally:
         connection.close()
         connection.settings_dict["NAME"] = name
         connection.connection = memory
+
+
+def _join_reapers() -> None:
+    for reaper in [t for t in threading.enumerate() if t.name.startswith(REAPERS)]:
+        reaper.join(timeout=60)  # nothing of a test's sync outlives it
+        assert not reaper.is_alive(), "a sync's child did not end"
 
 
 @pytest.fixture
