@@ -103,6 +103,7 @@ bench: $(VENV)/installed $(VENV)/bench-installed chromium
 	$(PY) bench/eval.py --split test --save
 	$(PY) bench/search_scale.py
 	$(PY) bench/import_scale.py
+	$(PY) bench/hostile_sources.py
 	$(PY) bench/report.py
 	$(PY) bench/admin.py
 	$(PY) bench/limits.py
