@@ -172,10 +172,13 @@ def _page_limit(announced: object, size: int) -> int:
 
 def saved_pages(location: str) -> list[tuple[str, Any]]:
     """Saved answers of an API: a JSON file, or a folder of them (in name
-    order), as (file name, its JSON)."""
+    order), as (file name, its JSON). Only files inside the folder: a link
+    to a file elsewhere is skipped, as the Markdown reader skips it (the
+    folder may be the only place KOOKEE_IMPORT_ROOT lets a source read)."""
     path = Path(location).expanduser()
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*.json") if p.is_file())
+        folder = path.resolve()
+        files = sorted(p for p in path.rglob("*.json") if p.is_file() and p.resolve().is_relative_to(folder))
     elif path.is_file():
         files = [path]
     else:

@@ -146,6 +146,21 @@ def test_saved_json_files_import_the_same(tmp_path):
     assert Article.objects.filter(locale="pt-br").count() == 2
 
 
+def test_a_link_out_of_a_saved_folder_is_not_read(tmp_path):
+    # The folder may be all that KOOKEE_IMPORT_ROOT lets a source read: a
+    # link in it to a file elsewhere reads nothing, as in a Markdown folder.
+    outside = tmp_path / "elsewhere.json"
+    articles = json.loads((ZENDESK / "articles.en-us.json").read_text())
+    outside.write_text(json.dumps({"articles": articles, "next_page": None}))
+    folder = tmp_path / "export"
+    folder.mkdir()
+    (folder / "en-us.json").write_text(json.dumps({"articles": articles[:1], "next_page": None}))
+    (folder / "more.json").symlink_to(outside)
+
+    assert "1 added" in run("zendesk", folder)
+    assert Article.objects.count() == 1
+
+
 def test_a_saved_file_that_is_not_a_zendesk_page_is_refused(tmp_path):
     (tmp_path / "x.json").write_text('{"results": []}')
     with pytest.raises(CommandError, match="not a Zendesk articles page"):
