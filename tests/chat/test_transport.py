@@ -3,17 +3,13 @@ real sockets: plain and TLS, timeouts, refused connections, and pooled
 connections the server has closed."""
 
 import asyncio
-import datetime
 import ssl
 
 import httpx2
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from chat.engine import provider, transport
+from tests.certificates import self_signed
 
 BODY = b"data: {}\n\ndata: [DONE]\n\n"
 
@@ -89,27 +85,10 @@ async def test_a_stream_over_plain_tcp_reuses_its_connection():
 
 
 async def test_a_stream_over_tls(tmp_path):
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    (tmp_path / "cert.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "key.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
+    cert, key = self_signed(tmp_path, "localhost")
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    served.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
-    trusted = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+    served.load_cert_chain(cert, key)
+    trusted = ssl.create_default_context(cafile=cert)
     server = Server()
     port = await server.start(tls=served)
     async with client(verify=trusted) as http:

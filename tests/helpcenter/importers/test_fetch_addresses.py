@@ -4,7 +4,6 @@ connection, over real sockets: a host name that resolves elsewhere on the
 next connection (DNS rebinding) is refused then, and the Host header and
 TLS's SNI still name the host."""
 
-import datetime
 import ipaddress
 import socket
 import ssl
@@ -14,6 +13,7 @@ import pytest
 
 from helpcenter.importers import fetch
 from helpcenter.importers.fetch import Fetcher, Guard, PrivateAddress
+from tests.certificates import self_signed
 
 REFUSED = [
     # IPv4: this machine, private networks, link-local (cloud metadata), shared, reserved, multicast
@@ -186,7 +186,7 @@ class TLSListener:
     def __init__(self, folder) -> None:
         self.names: list[str | None] = []
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(*_self_signed(folder))
+        context.load_cert_chain(*self_signed(folder, "help.sni.test"))
         context.sni_callback = lambda _socket, name, _context: self.names.append(name)
         self._context = context
         self._socket = socket.create_server(("127.0.0.1", 0))
@@ -210,31 +210,3 @@ class TLSListener:
         self._socket.shutdown(socket.SHUT_RDWR)  # wakes the accept() waiting in its thread (close would not)
         self._socket.close()
         self._thread.join(timeout=5)
-
-
-def _self_signed(folder) -> tuple[str, str]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "help.sni.test")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("help.sni.test")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert, private = folder / "cert.pem", folder / "key.pem"
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    private.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return str(cert), str(private)
