@@ -17,7 +17,9 @@ from chat.vocabulary import SEARCH_TOOL
 
 def used_articles(answer: str, results: Iterable[Any]) -> list[dict[str, str]]:
     """The articles from search results that the answer links to or names, in
-    the order the search returned them, each once: [{"title", "url"}]."""
+    the order the search returned them, each once: [{"title", "url"}]. The
+    url leads to the section the answer used: the one it links to, else the
+    one the search matched (the result's url, with its #section)."""
     sources: dict[str, dict[str, str]] = {}
     for result in results:
         articles = result.get("articles") if isinstance(result, dict) else None
@@ -25,12 +27,14 @@ def used_articles(answer: str, results: Iterable[Any]) -> list[dict[str, str]]:
             if not isinstance(article, dict):
                 continue
             title, url = article.get("title"), article.get("url")
-            if not isinstance(title, str) or not isinstance(url, str) or url in sources:
+            if not isinstance(title, str) or not isinstance(url, str):
                 continue
-            if not title.strip() or not url.strip("/"):
-                continue  # a blank title or URL would match every answer
-            if _links_to(answer, url) or _names(answer, title):
-                sources[url] = {"title": title, "url": url}
+            page = url.split("#", 1)[0]
+            if page in sources or not title.strip() or not page.strip("/"):
+                continue  # listed already; or a blank title or URL, which would match every answer
+            section = _linked_section(answer, page)
+            if section is not None or _names(answer, title):
+                sources[page] = {"title": title, "url": f"{page}#{section}" if section else url}
     return list(sources.values())
 
 
@@ -56,11 +60,16 @@ def results_of(calls: Iterable[Any], tool: str) -> list[Any]:
     return found
 
 
-def _links_to(answer: str, url: str) -> bool:
-    # "/help/slug/" as a relative or absolute link, with or without the
-    # trailing slash or the section's anchor, but not "/help/slug-two/".
-    path = re.escape(url.split("#", 1)[0].rstrip("/"))
-    return re.search(path + r"(?![\w-])", answer) is not None
+def _linked_section(answer: str, page: str) -> str | None:
+    """The section of the page that the answer links to ("" for the page
+    itself), or None when it does not link to the page. "/help/slug/" as a
+    relative or absolute link, with or without the trailing slash or a
+    section's anchor, but not "/help/slug-two/"."""
+    path = re.escape(page.rstrip("/"))
+    found = re.search(path + r"(?![\w-])/?(?:#([\w%-]+(?:\.[\w%-]+)*))?", answer)
+    if found is None:
+        return None
+    return found.group(1) or ""
 
 
 def _names(answer: str, title: str) -> bool:

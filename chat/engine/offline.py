@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx2
 
+from chat.engine import excerpts
 from chat.vocabulary import HANDOFF_TOOL, SEARCH_TOOL
 from helpcenter import search
 from helpcenter.search import Passage
@@ -405,9 +406,12 @@ def _answer_from_results(
         closest = next((r["articles"][0].get("section") for r in results if r.get("articles")), None)
         elsewhere = f" {said['elsewhere'] % closest}" if closest else ""
         return f"{said['not_covered']}{elsewhere} {OFFER[language]}"
-    words = _in_english(question) if language == "pt" else question
+    # The question's words, and for a Portuguese one the English words of its subject too.
+    asked = excerpts.terms(question) | (excerpts.terms(_in_english(question)) if language == "pt" else set())
+    how = excerpts.is_how(question)
     return "\n\n".join(
-        _compose(article, _passage_of(article, passages, words), words, _for(said, article)) for article in found
+        _compose(article, _passage_of(article, passages, asked, how), asked, how, _for(said, article))
+        for article in found
     )
 
 
@@ -419,126 +423,67 @@ def _for(said: dict[str, str], article: dict[str, Any]) -> dict[str, str]:
     return said
 
 
-def _passage_of(article: dict[str, Any], passages: dict[int, list[Passage]], question: str) -> Passage | None:
-    """The passage a result links to (its #anchor), else the article's first;
-    for a "how do I" question, the article's section with steps that shares
-    most words with it, when the passage found has none."""
+# Another section of the article answers instead of the one the search
+# found when it holds this many more of the question's words.
+CLEARLY_MORE = 2
+
+
+def _passage_of(
+    article: dict[str, Any], passages: dict[int, list[Passage]], asked: set[str], how: bool
+) -> Passage | None:
+    """The passage the search ranked first (its result's #anchor; of a
+    section in parts, the part its snippet is from), else the article's
+    first. Another section of the article when it clearly holds more of the
+    question, or has what the found one lacks: the steps a "how" asks for,
+    or, when the search matched the article's opening (which introduces
+    what its sections say), a table, holding as many of the question's words."""
     found = passages.get(article.get("id"), [])
     anchor = str(article.get("url", "")).partition("#")[2]
-    passage = next((p for p in found if p.anchor == anchor), found[0] if found else None)
-    if passage is None or len(_steps(passage.text)) >= 2 or not HOW.match(search.folded(question)):
+    snippet = excerpts.terms(str(article.get("snippet", "")))
+    same = [p for p in found if p.anchor == anchor] or found[:1]
+    passage = max(same, key=lambda p: (excerpts.matches(snippet, excerpts.terms(p.text)), -p.number), default=None)
+    if passage is None:
+        return None
+    held = {p.number: _held(p, asked) for p in found}
+    others = [p for p in found if p.anchor != passage.anchor]
+    best = max(others, key=lambda p: (held[p.number], -p.number), default=None)
+    if best is not None and held[best.number] >= held[passage.number] + CLEARLY_MORE:
+        return best
+    kinds = (excerpts.STEPS,) if how else (excerpts.TABLE,)
+    if excerpts.has_block(passage.text, kinds):
         return passage
-    asked = set(search.normalised(question).split())
-    with_steps = [p for p in found if len(_steps(p.text)) >= 2]
-    return max(with_steps, key=lambda p: len(asked & set(search.normalised(p.embedded).split())), default=passage)
+    shaped = [p for p in others if excerpts.has_block(p.text, kinds)]
+    best = max(shaped, key=lambda p: (held[p.number], -p.number), default=None)
+    if best is None or not held[best.number]:
+        return passage
+    if how and (held[best.number] > held[passage.number] or not passage.anchor):
+        return best
+    if not passage.anchor and held[best.number] >= held[passage.number]:
+        return best
+    return passage
 
 
-# A question for steps: "how do I ...", "how to ...", "como ...".
-HOW = re.compile(r"^\s*(how\b|como\b|what are the steps|can i\b.*\bhow\b)")
+def _held(passage: Passage, asked: set[str]) -> int:
+    return excerpts.matches(asked, excerpts.terms(f"{passage.heading}\n{passage.text}"))
 
 
-# At most this much of a passage: an answer, not the article.
-MAX_STEPS = 10
-MAX_SENTENCES = 2
-_NUMBERED = re.compile(r"^ {0,3}\d{1,2}[.)]\s+(.+)$")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9*_`\[(\"“])")
-
-
-def _compose(article: dict[str, Any], passage: Passage | None, question: str, said: dict[str, str]) -> str:
-    """A short answer from the best passage, linking its section (which the
-    page lists as the answer's source): its steps when it has numbered
-    ones, else the sentences (or table rows) that share most words with the
-    question. Never a bare heading, never a table's pipes."""
-    # The section the answer comes from (a "how" question may have moved to the article's steps).
+def _compose(article: dict[str, Any], passage: Passage | None, asked: set[str], how: bool, said: dict[str, str]) -> str:
+    """A short answer from the passage, linking its section (which the page
+    lists as the answer's source): the part of it that answers
+    (chat/engine/excerpts.py), its steps introduced as such."""
+    # The section the answer comes from (it may be another than the search's: see _passage_of).
     section = passage.heading if passage else article.get("section")
     url = str(article["url"]).partition("#")[0] + (f"#{passage.anchor}" if passage and passage.anchor else "")
     link = f"[{article['title']}{f': {section}' if section else ''}]({url})"
-    text = passage.text if passage else str(article.get("snippet", ""))
-    steps = _steps(text)
-    if len(steps) >= 2:
-        return f"{said['steps'] % link}\n\n" + "\n".join(steps)
-    chosen = _answering(_readable_lines(text), question)
-    if not chosen:
+    if passage is None:
+        quoted = excerpts.excerpt(str(article.get("snippet", "")), asked)
+    else:
+        quoted = excerpts.excerpt(passage.text, asked, passage.heading or passage.title, how)
+    if not quoted.text:
         return said["more"] % link
-    rows = [line for line in chosen if line.startswith("- ")]
-    body = "\n".join(chosen) if rows else " ".join(chosen)
-    return f"{body}\n\n{said['more'] % link}"
-
-
-def _steps(text: str) -> list[str]:
-    """The passage's numbered steps, renumbered from 1, each with the
-    bullets under it; [] when it has none."""
-    steps: list[str] = []
-    number = 0
-    for line in text.splitlines():
-        if (numbered := _NUMBERED.match(line)) and number < MAX_STEPS:
-            number += 1
-            steps.append(f"{number}. {numbered.group(1).strip()}")
-        elif steps and re.match(r"^\s{2,}[-*]\s+\S", line):
-            steps.append("   - " + line.strip()[2:].strip())  # a choice within the step above
-        elif steps and line.strip() and not line.startswith(" "):
-            break  # the list has ended
-    return steps
-
-
-def _readable_lines(text: str) -> list[str]:
-    """The passage as lines a person reads: no headings, no code blocks, a
-    table as one "- first cell: header value, ..." line per row, a
-    paragraph as its sentences; numbered steps kept whole."""
-    out: list[str] = []
-    table: list[list[str]] = []
-    fenced = False
-    paragraph: list[str] = []
-
-    def flush_paragraph() -> None:
-        if paragraph:
-            out.extend(part.strip() for part in _SENTENCE_END.split(" ".join(paragraph)) if part.strip())
-            paragraph.clear()
-
-    def flush_table() -> None:
-        if len(table) >= 2:
-            header, *rows = table
-            for row in rows:
-                cells = [f"{name}: {value}" for name, value in zip(header[1:], row[1:], strict=False) if value]
-                out.append(f"- {row[0]}: {', '.join(cells)}" if cells else f"- {row[0]}")
-        table.clear()
-
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith(("```", "~~~")):
-            fenced = not fenced
-            continue
-        if fenced:
-            continue
-        if "|" in line and line.count("|") >= 2:
-            flush_paragraph()
-            cells = [cell.strip() for cell in line.strip("|").split("|")]
-            if not all(re.fullmatch(r":?-+:?", cell) for cell in cells if cell):
-                table.append(cells)
-            continue
-        flush_table()
-        if not line or line.startswith("#"):
-            flush_paragraph()
-            continue
-        if _NUMBERED.match(line) or line.startswith(("- ", "* ")):
-            flush_paragraph()
-            out.append(line if _NUMBERED.match(line) else "- " + line[2:].strip())
-            continue
-        paragraph.append(line)
-    flush_paragraph()
-    flush_table()
-    return out
-
-
-def _answering(lines: list[str], question: str) -> list[str]:
-    """The lines sharing most words with the question (in the passage's
-    order); the passage's first lines when none shares any."""
-    asked = set(search.normalised(question).split())
-    scored = [(len(asked & set(search.normalised(line).split())), n) for n, line in enumerate(lines)]
-    best = sorted(scored, key=lambda item: (-item[0], item[1]))[:MAX_SENTENCES]
-    if not best or best[0][0] == 0:
-        return lines[:MAX_SENTENCES]
-    return [lines[n] for score, n in sorted(best, key=lambda item: item[1]) if score > 0]
+    if quoted.steps and not quoted.cut:
+        return f"{said['steps'] % link}\n\n{quoted.text}"
+    return f"{quoted.text}\n\n{said['more'] % link}"
 
 
 def _parse(content: Any) -> dict[str, Any]:

@@ -23,7 +23,11 @@ Definitions (also on the pages, and in docs/operations.md):
   the turn (or, for a handoff, the conversation) last searched without a
   good match, else of the visitor's question or reason. One with no words
   at all (a person asked for before any question, or erased) is counted by
-  the report, not here.
+  the report, not here. A thumbs down stays listed, with the visitor's
+  comment, whatever the articles say: an article answered it, and the
+  visitor said it did not help. Any other question leaves the list only
+  when an article was published or changed after it was last asked, and
+  an article's words answer it now.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.apps import apps
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 
 from base.admin import MAX_YEAR, MIN_YEAR
 from billing import days
@@ -265,6 +270,8 @@ class Gap:
     handoffs: int = 0
     last_seen: datetime | None = None
     conversations: dict[int, str] = field(default_factory=dict)  # id -> public id, the latest first
+    # What the visitors said with their thumbs down, the latest first.
+    comments: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -280,8 +287,12 @@ class Gap:
         """How many conversations besides the examples."""
         return max(0, len(self.conversations) - EXAMPLES)
 
-    def add(self, kind: str, text: str, when: datetime, conversation: tuple[int, Any], query: str = "") -> None:
+    def add(
+        self, kind: str, text: str, when: datetime, conversation: tuple[int, Any], query: str = "", comment: str = ""
+    ) -> None:
         setattr(self, kind, getattr(self, kind) + 1)
+        if comment.strip() and comment.strip() not in self.comments:
+            self.comments.append(comment.strip())  # ratings come the latest first
         if self.last_seen is None or when > self.last_seen:
             self.last_seen = when
             self.example = text or self.example
@@ -314,7 +325,7 @@ class Unanswered:
     gaps: list[Gap]
     # Questions about a visitor's own account: for Support, not for an article.
     accounts: Gap = field(default_factory=lambda: Gap(""))
-    # Gaps that an article now answers (published or changed since).
+    # Gaps that an article published or changed since answers now, by its words.
     answered_since: int = 0
 
 
@@ -326,16 +337,16 @@ def unanswered(period: Period, limit: int = 50) -> list[Gap]:
 def unanswered_in(period: Period, limit: int = 50) -> Unanswered:
     """The period's unanswered questions, the most frequent first; without
     the questions about a visitor's own account, counted apart, and without
-    those an article answers now (by its words: see answered_now)."""
+    those an article published or changed since answers now (see answered_now)."""
     window = {"gte": period.start, "lt": period.end}
     gaps: dict[str, Gap] = {}
     result = Unanswered([])
 
-    def add(terms, kind, text, when, conversation, query="", *more_text) -> None:
+    def add(terms, kind, text, when, conversation, query="", *more_text, comment="") -> None:
         if any(about_an_account(t) for t in (text, query, *more_text)):
-            result.accounts.add(kind, text, when, conversation, query)
+            result.accounts.add(kind, text, when, conversation, query, comment)
             return
-        gaps.setdefault(terms, Gap(terms)).add(kind, text, when, conversation, query)
+        gaps.setdefault(terms, Gap(terms)).add(kind, text, when, conversation, query, comment)
 
     weak = Search.objects.filter(matched=False, created_at__gte=window["gte"], created_at__lt=window["lt"])
     for terms, query, question, when, conversation, public_id in weak.order_by("-created_at").values_list(
@@ -345,15 +356,16 @@ def unanswered_in(period: Period, limit: int = 50) -> Unanswered:
             # The visitor's words, not the model's query (often half-translated).
             add(terms, "searches", question or query, when, (conversation, public_id), query)
 
-    down = Feedback.objects.filter(
+    rated_down = Feedback.objects.filter(
         rating=Feedback.Rating.DOWN, updated_at__gte=window["gte"], updated_at__lt=window["lt"]
-    ).values_list("turn_id", "turn__user_text", "updated_at", "turn__conversation_id", "turn__conversation__public_id")
-    down = list(down[:MAX_ROWS])
+    ).order_by("-updated_at")  # the latest comment first
+    fields = ("turn_id", "turn__user_text", "updated_at", "turn__conversation_id", "turn__conversation__public_id")
+    down = list(rated_down.values_list(*fields, "comment")[:MAX_ROWS])
     searched = _last_weak_search_of_turns([row[0] for row in down])
-    for turn_id, question, when, conversation, public_id in down:
+    for turn_id, question, when, conversation, public_id, comment in down:
         terms, query, _ = searched.get(turn_id) or (search.normalised(question), "", question)
         if terms:
-            add(terms, "thumbs_down", question or query, when, (conversation, public_id), query)
+            add(terms, "thumbs_down", question or query, when, (conversation, public_id), query, comment=comment)
 
     handoffs = list(
         Handoff.objects.filter(created_at__gte=window["gte"], created_at__lt=window["lt"]).values_list(
@@ -370,22 +382,35 @@ def unanswered_in(period: Period, limit: int = 50) -> Unanswered:
             add(terms, "handoffs", text, when, (conversation, public_id), query, reason)
 
     ordered = sorted(gaps.values(), key=lambda gap: (-gap.total, -gap.last_seen.timestamp(), gap.terms))
+    changed = _articles_changed_last()
     for gap in ordered:
         if len(result.gaps) >= limit:
             break
-        if answered_now(gap):
+        if answered_now(gap, changed):
             result.answered_since += 1
         else:
             result.gaps.append(gap)
     return result
 
 
-def answered_now(gap: Gap) -> bool:
-    """Whether an article answers the gap now (one was written or changed
-    since): its words clear the relevance floor for the visitor's question,
-    or for the model's query. By words only: free, and instant for a page
-    of gaps; an answer by meaning alone stays listed, to be checked by eye."""
+def answered_now(gap: Gap, changed: datetime | None) -> bool:
+    """Whether an article answers the gap now that did not when it was
+    asked: an article was published or changed after the gap was last seen
+    (`changed`: when the last one was), and the articles' words clear the
+    relevance floor for the visitor's question or the model's query. By
+    words only: free, and instant for a page of gaps; an answer by meaning
+    alone stays listed, to be checked by eye. A thumbs down stays listed:
+    the visitor read the answer and said it did not help."""
+    if gap.thumbs_down or changed is None or gap.last_seen is None or changed <= gap.last_seen:
+        return False
     return any(search.answered_by_words(text) for text in (gap.example, gap.query) if text)
+
+
+def _articles_changed_last() -> datetime | None:
+    """When a published article was last written or changed (a string
+    reference: chat imports the help center's search only)."""
+    articles = apps.get_model("helpcenter", "Article").objects.filter(published=True)
+    return articles.aggregate(latest=Max("updated_at"))["latest"]
 
 
 def _terms_of(*texts: str | None) -> tuple[str, str]:

@@ -157,7 +157,7 @@ async def test_a_question_the_help_center_does_not_answer_offers_a_person(chat):
 async def test_an_answered_question_still_cites_its_article(chat):
     turn_id = await chat.ask("Can I get my money back if I cancel?")
     ended = await chat.finish(turn_id)
-    assert [s["url"].split("#")[0] for s in ended["sources"]] == ["/help/refund-policy/"]
+    assert "/help/refund-policy/" in [s["url"].split("#")[0] for s in ended["sources"]]
     assert offline.OFFER["en"] not in chat.text_of(turn_id)
 
 
@@ -260,36 +260,48 @@ async def test_a_how_to_question_gets_the_steps_with_their_section(chat, questio
     assert first_step in answer
     assert f"]({article}#" in answer, "the section's link"
     assert [s["url"].split("#")[0] for s in ended["sources"]] == [article]
-    _never_a_fragment(answer)
+    _no_bare_heading(answer)
 
 
 @pytest.mark.parametrize(
     "question", ["How do I set up SSO?", "How much does the Business plan cost?", "Can I get my money back?"]
 )
-async def test_an_answer_is_sentences_of_the_passage_never_a_heading_or_a_table(chat, question):
+async def test_an_answer_is_part_of_the_passage_never_a_bare_heading(chat, question):
     turn_id = await chat.ask(question)
     await chat.finish(turn_id)
     answer = chat.text_of(turn_id).partition("\n\n")[2]
 
-    _never_a_fragment(answer)
+    _no_bare_heading(answer)
     assert "More in [" in answer or "Here are the steps" in answer
 
 
-def _never_a_fragment(answer: str) -> None:
-    lines = answer.splitlines()
-    assert not [line for line in lines if line.lstrip().startswith("#")], "a bare heading"
-    assert not [line for line in lines if line.count("|") >= 2], "a table's pipes"
+@pytest.mark.parametrize(
+    ("question", "language"),
+    [("What are the API rate limits?", "en"), ("qual o limite de requisições por minuto da API?", "pt")],
+)
+async def test_the_table_that_answers_is_quoted_whole_and_its_section_is_the_source(chat, question, language):
+    turn_id = await chat.ask(question)
+    ended = await chat.finish(turn_id)
+    answer = chat.text_of(turn_id).partition("\n\n")[2]
+
+    # The rows of limits, as the article has them (the chat renders Markdown tables).
+    assert "| Growth | 60 | 20 per second |" in answer
+    assert "| Business | 300 | 50 per second |" in answer
+    assert "](/help/api-rate-limits/#limits-per-plan)" in answer
+    assert ended["sources"] == [{"title": "REST API rate limits", "url": "/help/api-rate-limits/#limits-per-plan"}]
+    assert offline.SAID[language]["more"].partition("%s")[0] + "[REST API rate limits: Limits per plan]" in answer
 
 
-def test_a_table_reads_as_lines():
-    text = "| Plan | Boards | Price |\n|---|---|---|\n| Free | 1 | $0 |\n| Pro | 10 | $49 |\n\nAll plans bill monthly."
-    assert offline._readable_lines(text) == [
-        "- Free: Boards: 1, Price: $0",
-        "- Pro: Boards: 10, Price: $49",
-        "All plans bill monthly.",
-    ]
+async def test_the_sources_link_the_section_the_answer_quotes(chat):
+    # The search matches the article as a whole (its opening); the answer quotes its steps.
+    turn_id = await chat.ask("How do I set up two-factor authentication?")
+    ended = await chat.finish(turn_id)
+    answer = chat.text_of(turn_id).partition("\n\n")[2]
+
+    assert "1. Click your avatar and go to **Account → Security**." in answer
+    assert "](/help/two-factor-authentication/#turn-on-2fa)" in answer
+    assert [s["url"] for s in ended["sources"]] == ["/help/two-factor-authentication/#turn-on-2fa"]
 
 
-def test_steps_keep_their_choices_and_their_numbers():
-    text = "Intro.\n\n1. Open it.\n2. Choose:\n   - A\n   - B\n3. Save.\n\nAfterwards, done."
-    assert offline._steps(text) == ["1. Open it.", "2. Choose:", "   - A", "   - B", "3. Save."]
+def _no_bare_heading(answer: str) -> None:
+    assert not [line for line in answer.splitlines() if line.lstrip().startswith("#")], "a bare heading"

@@ -886,3 +886,103 @@ def test_the_page_says_what_it_set_apart(support):
 
     assert "Nothing went unanswered in this period." in page
     assert "1 question named a visitor's own account, order or invoice" in page
+
+
+# --- what an article answers now, and what it cannot say -----------------------------------------
+
+RATE_LIMITS_BODY = (
+    "Kookee limits API requests per workspace. The API rate limits are 60 requests per minute on Growth "
+    "and 300 requests per minute on Business. API rate limits reset every minute."
+)
+
+
+def rate_limits_article(changed_at):
+    from helpcenter import index
+    from helpcenter.models import Article
+
+    article = Article.objects.create(
+        title="REST API rate limits", slug="api-rate-limits", body=RATE_LIMITS_BODY, published=True
+    )
+    Article.objects.filter(pk=article.pk).update(created_at=changed_at, updated_at=changed_at)  # auto_now otherwise
+    index.forget()  # as a save does once its transaction commits
+    assert search.answered_by_words("What are the API rate limits?")
+    return article
+
+
+def test_a_thumbs_down_stays_listed_with_its_comment_though_an_article_matches_its_words():
+    rate_limits_article(changed_at=at(1))
+    talk = conversation()
+    asked = turn(talk, at(2), question="What are the API rate limits?")
+    searched(asked, "API rate limits", at(2, 12, 1), matched=True)
+    feedback = rate(asked, "down", at(2, 13))
+    Feedback.objects.filter(pk=feedback.pk).update(comment="didn't tell me the actual limits")
+    older = turn(talk, at(3), question="api rate limits?")
+    rate(older, "down", at(3, 13))  # no comment
+    Feedback.objects.create(turn=turn(talk, at(4), question="API rate limits"), rating="down", comment="same")
+    Feedback.objects.filter(turn__user_text="API rate limits").update(updated_at=at(4, 13))
+
+    found = reports.unanswered_in(MARCH)
+
+    [gap] = found.gaps
+    assert (gap.terms, gap.thumbs_down, gap.searches) == (search.normalised("API rate limits"), 3, 0)
+    assert gap.comments == ["same", "didn't tell me the actual limits"]  # the latest first
+    assert found.answered_since == 0
+
+
+def test_words_that_match_now_while_no_article_changed_leave_the_question_listed():
+    rate_limits_article(changed_at=at(1))  # before the question: it went unanswered with this article
+    talk = conversation()
+    searched(turn(talk, at(2), question="What are the API rate limits?"), "API rate limits", at(2, 12))
+
+    found = reports.unanswered_in(MARCH)
+
+    assert [gap.example for gap in found.gaps] == ["What are the API rate limits?"]
+    assert found.answered_since == 0
+
+
+def test_a_question_asked_again_after_the_article_changed_stays_listed():
+    talk = conversation()
+    searched(turn(talk, at(2), question="What are the API rate limits?"), "API rate limits", at(2, 12))
+    rate_limits_article(changed_at=at(3))
+    searched(turn(talk, at(4), question="What are the API rate limits?"), "API rate limits", at(4, 12))
+
+    found = reports.unanswered_in(MARCH)
+
+    assert [(gap.example, gap.searches) for gap in found.gaps] == [("What are the API rate limits?", 2)]
+    assert found.answered_since == 0
+    rate_limits_article_changed_again = at(5)
+    from helpcenter.models import Article
+
+    Article.objects.update(updated_at=rate_limits_article_changed_again)
+    assert reports.unanswered_in(MARCH).answered_since == 1
+
+
+def test_the_page_shows_the_comment_and_claims_no_change_it_cannot_know(support):
+    now = timezone.now()
+    rate_limits_article(changed_at=now - timedelta(days=2))
+    asked = turn(conversation(), now - timedelta(hours=2), question="What are the API rate limits?")
+    searched(asked, "API rate limits", now - timedelta(hours=2), matched=True)
+    feedback = rate(asked, "down", now - timedelta(hours=1))
+    Feedback.objects.filter(pk=feedback.pk).update(comment="didn't tell me the <b>actual</b> limits")
+    weak = turn(conversation(), now - timedelta(hours=3), question="Can I pay with bitcoin?")
+    searched(weak, "API rate limits bitcoin", now - timedelta(hours=3))
+
+    html = main_content(support.get(UNANSWERED_PAGE))
+    page = visible_text(html)
+
+    assert "What are the API rate limits?" in page
+    assert "rated down: “didn't tell me the <b>actual</b> limits”" in page
+    assert "<b>actual</b>" not in html  # escaped
+    assert "left the list" not in page
+    report = visible_text(main_content(support.get(REPORT_PAGE)))
+    assert "rated down: “didn't tell me the <b>actual</b> limits”" in report
+
+
+def test_the_page_says_when_an_article_changed_since_answers_a_question(support):
+    now = timezone.now()
+    searched(turn(conversation(), now - timedelta(days=2)), "API rate limits", now - timedelta(days=2))
+    rate_limits_article(changed_at=now - timedelta(days=1))
+
+    page = visible_text(main_content(support.get(UNANSWERED_PAGE)))
+
+    assert "1 more was asked before an article was published or changed, and an article's words answer it now" in page

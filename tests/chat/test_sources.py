@@ -50,12 +50,43 @@ def results(*articles):
         "See [the guide](http://localhost:8000/help/install-widget/) for more.",
         "See [the guide](/help/install-widget).",
         "See /help/install-widget, then paste it.",
-        "See /help/install-widget/#step-2.",
         "See <https://chat.example.com/help/install-widget>.",
     ],
 )
 def test_an_article_linked_is_a_source(answer_text):
     assert used_articles(answer_text, results(WIDGET, SSO)) == [source(WIDGET)]
+
+
+# --- used_articles: the section ------------------------------------------------------------------
+
+WIDGET_STEPS = {**WIDGET, "url": "/help/install-widget/#add-the-script-tag"}
+
+
+@pytest.mark.parametrize(
+    "answer_text",
+    [
+        "See /help/install-widget/#step-2.",
+        "See [step 2](/help/install-widget/#step-2).",
+        "See [step 2](https://chat.example.com/help/install-widget#step-2), then paste it.",
+    ],
+)
+def test_a_source_links_the_section_the_answer_links(answer_text):
+    for article in (WIDGET, WIDGET_STEPS):  # whatever section the search matched
+        assert used_articles(answer_text, results(article)) == [
+            {"title": "Installing the widget", "url": "/help/install-widget/#step-2"}
+        ]
+
+
+def test_else_a_source_links_the_section_the_search_matched():
+    for answer_text in ("Read Installing the widget.", "See [the guide](/help/install-widget/)."):
+        assert used_articles(answer_text, results(WIDGET_STEPS)) == [source(WIDGET_STEPS)]
+
+
+def test_an_article_two_searches_matched_in_two_sections_is_one_source():
+    other_section = {**WIDGET, "url": "/help/install-widget/#troubleshooting"}
+    text = "See [step 2](/help/install-widget/#step-2) and [this](/help/install-widget/#troubleshooting)."
+    found = used_articles(text, [{"articles": [WIDGET_STEPS]}, {"articles": [other_section]}])
+    assert found == [{"title": "Installing the widget", "url": "/help/install-widget/#step-2"}]
 
 
 @pytest.mark.parametrize(
@@ -276,18 +307,38 @@ async def test_turn_ended_lists_only_the_article_the_answer_links(chat, use_prov
     [result] = await stored_results(turn_id)
     returned = [{"title": a["title"], "url": a["url"]} for a in json.loads(result)["articles"]]
     assert len(returned) == 3
-    assert CUSTOMIZE in returned
-    assert returned[0] != CUSTOMIZE
-    assert ended["sources"] == [CUSTOMIZE]
+    assert CUSTOMIZE in on_pages(returned)
+    # It links the article's page: its source links the section the search matched.
+    matched = next(r for r in returned if r["url"].startswith(CUSTOMIZE["url"]))
+    assert ended["sources"] == [matched]
 
     # The history (the page) and the history frame say the same.
     [entry] = await history_of_turn(turn_id)
-    assert entry["sources"] == [CUSTOMIZE]
+    assert entry["sources"] == [matched]
     await chat.send({"type": "history"})
     frame = await chat.receive_until("history")
     assert [t["turn_id"] for t in frame["turns"]] == [turn_id]
-    assert frame["turns"][0]["sources"] == [CUSTOMIZE]
+    assert frame["turns"][0]["sources"] == [matched]
     assert frame["turns"] == await history_of_turn(turn_id)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_sources_link_the_section_the_answer_links_not_the_one_searched(chat, use_provider):
+    use_provider.queue(
+        tool_round([("call_1", "search_help_center", {"query": "set up two-factor authentication"})]),
+        answer("Turn it on under Account → Security: see [Turn on 2FA](/help/two-factor-authentication/#turn-on-2fa)."),
+    )
+    turn_id = await chat.ask("How do I set up two-factor authentication?")
+    ended = await chat.finish(turn_id)
+
+    [result] = await stored_results(turn_id)
+    searched = json.loads(result)["articles"][0]["url"]
+    assert searched.startswith("/help/two-factor-authentication/") and not searched.endswith("#turn-on-2fa")
+    title = "Setting up two-factor authentication (2FA)"
+    expected = [{"title": title, "url": "/help/two-factor-authentication/#turn-on-2fa"}]
+    assert ended["sources"] == expected
+    [entry] = await history_of_turn(turn_id)
+    assert entry["sources"] == expected
 
 
 @pytest.mark.django_db(transaction=True)
