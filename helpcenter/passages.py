@@ -21,6 +21,10 @@ from dataclasses import dataclass
 MAX_WORDS = 250
 HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 FENCE = re.compile(r"^(```|~~~)", re.MULTILINE)
+PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
+FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s")
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,8 @@ def digest(text: str) -> str:
 
 def split(article_id: int, title: str, body: str) -> list[Passage]:
     """The article's passages, in order: the text before its first heading,
-    then each section; a long section in parts of at most MAX_WORDS words,
-    cut between paragraphs, each under its section's heading and anchor."""
+    then each section; a long section in parts of at most MAX_WORDS words
+    (_parts), each under its section's heading and anchor."""
     passages: list[Passage] = []
     for anchor, heading, text in sections(body):
         for part in _parts(text):
@@ -106,18 +110,121 @@ def _fenced_spans(body: str) -> list[tuple[int, int]]:
 
 
 def _parts(text: str) -> list[str]:
+    """A section's text in parts of at most MAX_WORDS words, cut between
+    its blocks (paragraphs, lists, tables, code blocks), and a block longer
+    than that within it: a list between its items, a table between its rows
+    (each part under its header), code between its lines (each part a fenced
+    block of its own), prose between sentences, else words."""
     if not text:
         return [""]
-    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    if _words(text) <= MAX_WORDS:
+        # Whole, as passages always were: the same text, the same digest, no vector to compute again.
+        return ["\n\n".join(p.strip() for p in PARAGRAPH_BREAK.split(text) if p.strip())]
     parts: list[str] = []
     current: list[str] = []
     words = 0
-    for paragraph in paragraphs:
-        size = len(paragraph.split())
+    for block in (piece for whole in _blocks(text) for piece in _pieces(whole)):
+        size = _words(block)
         if current and words + size > MAX_WORDS:
             parts.append("\n\n".join(current))
             current, words = [], 0
-        current.append(paragraph)
+        current.append(block)
         words += size
     parts.append("\n\n".join(current))
     return parts
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _blocks(text: str) -> list[str]:
+    """The text's blocks: what lies between blank lines, a fenced code
+    block whole (blank lines inside it included)."""
+    blocks: list[str] = []
+    lines: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        opening = FENCE_LINE.match(line)
+        if fence:
+            lines.append(line)
+            if opening and opening.group(1).startswith(fence) and not opening.group(2).strip():
+                fence = ""
+                blocks.append("\n".join(lines))
+                lines = []
+            continue
+        if opening:
+            if lines:
+                blocks.append("\n".join(lines))
+            lines, fence = [line], opening.group(1)
+        elif line.strip():
+            lines.append(line)
+        elif lines:
+            blocks.append("\n".join(lines))
+            lines = []
+    if lines:
+        blocks.append("\n".join(lines))
+    return [block.strip("\n") for block in blocks if block.strip()]
+
+
+def _pieces(block: str) -> list[str]:
+    """A block as it is when it fits, else in pieces that each fit."""
+    if _words(block) <= MAX_WORDS:
+        return [block]
+    lines = block.split("\n")
+    opening = FENCE_LINE.match(lines[0])
+    if opening:
+        closed = len(lines) > 1 and lines[-1].strip().startswith(opening.group(1))
+        body = lines[1:-1] if closed else lines[1:]
+        fence = opening.group(1)
+        return [f"{lines[0]}\n{piece}\n{fence}" for piece in _grouped(body, MAX_WORDS - 2, "\n")]
+    if lines[0].lstrip().startswith("|") and len(lines) > 2 and set(lines[1].replace(" ", "")) <= set("|:-"):
+        header = "\n".join(lines[:2])
+        return [f"{header}\n{piece}" for piece in _grouped(lines[2:], MAX_WORDS - _words(header), "\n")]
+    items = _items(lines)
+    if len(items) > 1:
+        return _grouped(items, MAX_WORDS, "\n")
+    return _grouped(SENTENCE_END.split(block), MAX_WORDS, " ")
+
+
+def _items(lines: list[str]) -> list[str]:
+    """A list's items (each with the lines under it), at its own depth."""
+    depth = len(lines[0]) - len(lines[0].lstrip())
+    items: list[str] = []
+    for line in lines:
+        starts = LIST_ITEM.match(line) and len(line) - len(line.lstrip()) <= depth
+        if starts or not items:
+            items.append(line)
+        else:
+            items[-1] += "\n" + line
+    return items
+
+
+def _grouped(units: list[str], limit: int, joiner: str) -> list[str]:
+    """Units (lines, items, sentences) joined into pieces of at most
+    `limit` words; a unit longer than that is cut: at its sentences, else
+    between its words."""
+    limit = max(limit, 20)
+    pieces: list[str] = []
+    current: list[str] = []
+    words = 0
+    for unit in units:
+        size = _words(unit)
+        if size > limit:
+            smaller = SENTENCE_END.split(unit)
+            if len(smaller) == 1:
+                tokens = unit.split()
+                smaller = [" ".join(tokens[n : n + limit]) for n in range(0, len(tokens), limit)]
+            if current:
+                pieces.append(joiner.join(current))
+                current, words = [], 0
+            pieces += _grouped(smaller, limit, " ")
+            continue
+        if current and words + size > limit:
+            pieces.append(joiner.join(current))
+            current, words = [], 0
+        current.append(unit)
+        words += size
+    if current:
+        pieces.append(joiner.join(current))
+    return [piece.strip() for piece in pieces] if joiner == " " else pieces

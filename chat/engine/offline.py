@@ -425,7 +425,7 @@ def _for(said: dict[str, str], article: dict[str, Any]) -> dict[str, str]:
 
 # Another section of the article answers instead of the one the search
 # found when it holds this many more of the question's words.
-CLEARLY_MORE = 2
+CLEARLY_MORE = 3
 
 
 def _passage_of(

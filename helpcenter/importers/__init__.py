@@ -91,6 +91,11 @@ class Run:
     # When the sync must stop (time.monotonic()): every reader's Fetcher stops there.
     deadline: float = field(default_factory=sync_deadline)
     pages_read: int = 0  # API pages, against MAX_API_PAGES
+    skip: Callable[[], None] = lambda: None  # one expected item that is none (a website's index page, a 404)
+    total_grows: bool = False  # the reader expects more as it reads (a crawl finds links)
+    # Each id has one locale (a website's page): an article whose locale
+    # changed is the same article, moved, not a new one.
+    one_locale_per_id: bool = False
 
 
 class Reader(Protocol):
@@ -204,6 +209,7 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "include_restricted": (bool,),
     "max_pages": (int,),
     "concurrency": (int,),
+    "scope": (str,),
 }
 
 

@@ -23,6 +23,7 @@ Articles typed in the admin have no source and are never touched.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import resource
 import signal
@@ -73,9 +74,43 @@ class Result:
     updated: int = 0
     unchanged: int = 0
     unpublished: int = 0
+    skipped: int = 0  # read, but no article (a website's index pages, pages gone)
 
     def __str__(self) -> str:
-        return f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.unpublished} unpublished"
+        text = f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.unpublished} unpublished"
+        return text + (f", {self.skipped} skipped" if self.skipped else "")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a sync is: for the admin's page, and a command's progress line."""
+
+    done: int  # read, whether an article or skipped
+    total: int | None  # expected, when known
+    skipped: int
+    seconds: float  # since the sync began
+    growing: bool = False  # the total grows as the reading finds more (a crawl's links)
+    finished: bool = False
+
+    @property
+    def seconds_left(self) -> float | None:
+        if self.growing or not self.total or not self.done or self.done >= self.total:
+            return None
+        return self.seconds / self.done * (self.total - self.done)
+
+    def __str__(self) -> str:
+        if not self.total:
+            text = f"read {self.done:,}"
+        elif self.growing and not self.finished:
+            text = f"read {self.done:,} of {self.total:,} found so far"
+        else:
+            text = f"read {self.done:,}/{self.total:,}"
+        if self.skipped:
+            text += f" ({self.skipped:,} skipped)"
+        left = self.seconds_left
+        if left is not None:
+            text += f", ~{math.ceil(left)} s left" if left < 90 else f", ~{math.ceil(left / 60)} min left"
+        return text
 
 
 def acquire(source: Source) -> str:
@@ -96,7 +131,7 @@ def acquire(source: Source) -> str:
 def sync(
     source: Source,
     run_id: str | None = None,
-    on_progress: Callable[[int, int | None], None] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
     confined: bool = False,
 ) -> Result:
     """Syncs the source (taking its lease unless given one); returns the
@@ -268,15 +303,17 @@ class LeaseLost(Exception):
 
 
 class _Sync:
-    def __init__(self, source: Source, run_id: str, on_progress: Callable[[int, int | None], None] | None) -> None:
+    def __init__(self, source: Source, run_id: str, on_progress: Callable[[Progress], None] | None) -> None:
         self.source = source
         self.on_progress = on_progress
         self.run_id = run_id
         self.now = timezone.now()
+        self.started = time.monotonic()
         self.result = Result()
         self.done = 0
         self.total: int | None = None
         self.reported = 0.0
+        self.run_state = Run(source)  # the reader's, once it reads
         self.existing = {
             (a.external_id, a.locale): a
             for a in Article.objects.filter(source=source).only(
@@ -293,7 +330,7 @@ class _Sync:
 
     def run(self) -> tuple[Result, dict]:
         check_settings(self.source.settings)
-        run = Run(self.source, expect=self._expect, state={})
+        run = self.run_state = Run(self.source, expect=self._expect, state={}, skip=self._skip)
         for got in reader_for(self.source.kind)(run):
             if isinstance(got, Kept):
                 for key in self.by_id.get(got.external_id, []):
@@ -306,6 +343,11 @@ class _Sync:
         self._report(force=True)
         return self.result, run.state
 
+    def _skip(self) -> None:
+        self.done += 1
+        self.result.skipped += 1
+        self._report()
+
     def _expect(self, total: int) -> None:
         self.total = (self.total or 0) + max(0, int(total))
 
@@ -315,6 +357,8 @@ class _Sync:
         self.seen.add(key)
         self.done += 1
         article = self.existing.get(key)
+        if article is None and item is not None and self.run_state.one_locale_per_id:
+            article = self._moved(key)
         if item is None or (article is not None and article.digest == item.digest):
             self.result.unchanged += 1
             return
@@ -330,6 +374,21 @@ class _Sync:
             self.result.updated += 1
         if len(self.creates) + len(self.updates) >= BATCH:
             self._flush()
+
+    def _moved(self, key: tuple[str, str]) -> Article | None:
+        """The id's article under the locale it had (a page now read as
+        another language, the source's `locale` setting changed): the same
+        article, its slug and links kept, under the new locale."""
+        external_id, new_locale = key
+        old = next((k for k in self.by_id.get(external_id, []) if k not in self.seen), None)
+        if old is None:
+            return None
+        article = self.existing.pop(old)
+        self.by_id[external_id] = [k for k in self.by_id[external_id] if k != old] + [key]
+        self.existing[key] = article
+        article.locale = new_locale
+        article.digest = ""  # rewritten, whatever its content
+        return article
 
     def _fill(self, article: Article, item: Item) -> None:
         article.title = item.title[:200]
@@ -361,6 +420,7 @@ class _Sync:
             Article.objects.bulk_update(
                 self.updates,
                 [
+                    "locale",
                     "title",
                     "body",
                     "published",
@@ -402,4 +462,7 @@ class _Sync:
         if not renewed:
             raise LeaseLost("this sync's lease was taken by another (it had stalled): stopped")
         if self.on_progress is not None:
-            self.on_progress(self.done, self.total)
+            growing = self.run_state.total_grows
+            self.on_progress(
+                Progress(self.done, self.total, self.result.skipped, now - self.started, growing, finished=force)
+            )

@@ -14,11 +14,23 @@ https://acme.example/docs/ crawls /docs/... only. Either way:
   MAX_SITEMAPS in all, never its XML whole in memory, and never with a
   DOCTYPE (a DTD's entities can expand a few bytes into gigabytes);
 - a page fetched before is asked for again with its ETag and Last-Modified:
-  304 keeps the article as it is;
-- each page's main content (its <main> or <article>) becomes the article,
-  its <h1> (else its <title>) the title, its <html lang> the locale. Pages
-  that say they are the same page in other languages (hreflang alternates)
-  are linked as versions of one article.
+  304 keeps the article as it is (unless the source's `locale` setting or
+  the HTML converter changed since: then every page is read again);
+- a crawl stays under its start URL's folder (/html/en-US/index.html:
+  /html/en-US/...), or under the `scope` setting's path when it has one
+  (`--scope /html/`); a sitemap's pages are what it lists;
+- each page is read as a reader sees it (helpcenter/importers/html.py): its
+  own content, without the site's navigation, titled by its own heading.
+  A table of contents, a generated index, a source listing or a search page
+  is no article: skipped, though a crawl follows its links;
+- its language: the `locale` setting when the source has one (it applies to
+  every page); else what the page declares (helpcenter/importers/html.py);
+  else a language folder or suffix in its URL (/pt-BR/, /pt_BR/, page.pt.html);
+  else the language of the page that linked to it; else English;
+- the versions of one page in several languages share a translation key,
+  within a source and across sources (each language imported on its own):
+  its hreflang alternates' x-default (else the first of them), else its own
+  URL, each without its language folder or suffix.
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ from __future__ import annotations
 import gzip
 import io
 import itertools
+import logging
+import re
 import urllib.robotparser
 import zlib
 from collections import deque
@@ -35,9 +49,12 @@ from typing import Any
 from urllib.parse import urldefrag, urljoin, urlsplit
 from xml.parsers import expat
 
+from django.conf.locale import LANG_INFO
+
 from helpcenter.importers import Item, Kept, Run, SourceError, locale
+from helpcenter.importers import html as html_converter
 from helpcenter.importers.fetch import USER_AGENT, Fetcher, PrivateAddress, Redirected, Refused, Response
-from helpcenter.importers.html import main_content, parse, to_markdown
+from helpcenter.importers.html import language_tag, parse, read_page, to_markdown
 
 HTML = ("text/html", "application/xhtml+xml")
 MAX_SITEMAPS = 50  # read in one sync, through an index and the indexes it lists
@@ -47,7 +64,10 @@ MAX_LOC = 2_048  # characters of a URL in a sitemap: the protocol's own limit
 CHUNK = 64 * 1024  # of XML, decompressed and parsed at a time
 # Links a crawl does not follow: files, not pages.
 NOT_PAGES = (".pdf", ".zip", ".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".mp4", ".css", ".js", ".json", ".xml")
-TITLE_SEPARATORS = (" · ", " | ", " \u2013 ", " \u2014 ", " - ")
+DEFAULT_LOCALE = "en"
+# A language folder or suffix in a URL: en, pt-BR, pt_BR.
+URL_LANGUAGE = re.compile(r"^([a-z]{2,3})(?:[-_][a-z0-9]{2,4})?$", re.IGNORECASE)
+logger = logging.getLogger("kookee.helpcenter")
 
 
 def read(run: Run) -> Iterator[Item | Kept]:
@@ -55,10 +75,16 @@ def read(run: Run) -> Iterator[Item | Kept]:
     start = source.location.strip()
     max_pages = int(source.settings.get("max_pages") or 500)
     concurrency = max(1, min(8, int(source.settings.get("concurrency") or 2)))
-    default = locale(source.settings.get("locale"), "en")
-    before: dict[str, dict[str, Any]] = source.state.get("pages", {}) if isinstance(source.state, dict) else {}
+    explicit = locale(source.settings.get("locale"), "")
+    state = source.state if isinstance(source.state, dict) else {}
+    # Read every page again, unconditionally, when what reading makes of a
+    # page changed: a 304 would keep its article as the last sync made it.
+    read_with = {"converter": html_converter.VERSION, "locale": explicit}
+    before: dict[str, dict[str, Any]] = state.get("pages", {}) if state.get("read_with") == read_with else {}
     after: dict[str, dict[str, Any]] = {}
     run.state["pages"] = after
+    run.state["read_with"] = read_with
+    run.one_locale_per_id = True
     with Fetcher(start, deadline=run.deadline) as fetcher:
         robots = _robots(fetcher, start)
         delay = float(robots.crawl_delay(USER_AGENT) or 0)
@@ -70,25 +96,26 @@ def read(run: Run) -> Iterator[Item | Kept]:
             prefix = ""
         else:
             queue = [u for u in [urldefrag(start)[0]] if robots.can_fetch(USER_AGENT, u)]
-            path = urlsplit(start).path or "/"
-            # A folder: /docs/, or /docs (no extension); a page's folder otherwise.
-            last = path.rsplit("/", 1)[1]
-            prefix = path + "/" if last and "." not in last else path[: path.rfind("/") + 1]
+            prefix = _scope(start, source.settings.get("scope"))
+            run.total_grows = True
         run.expect(len(queue))
         queued = set(queue)
+        linked_from: dict[str, str] = {}  # a page's URL: the locale of the first page found linking to it
         position = 0
         with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="kookee-crawl") as pool:
             while position < len(queue):
                 wave = queue[position : position + concurrency]
                 position += len(wave)
                 for url, response in zip(wave, pool.map(lambda u: _get(fetcher, u, before.get(u)), wave), strict=True):
-                    found = _page(url, response, before.get(url), default)
-                    if found is None:
-                        continue
-                    got, remembered = found
-                    after[url] = remembered
-                    yield got
-                    if sitemap:
+                    fallback = explicit or linked_from.get(url) or DEFAULT_LOCALE
+                    got, remembered = _page(url, response, before.get(url), explicit, fallback)
+                    if remembered is not None:
+                        after[url] = remembered
+                    if got is None:
+                        run.skip()
+                    else:
+                        yield got
+                    if sitemap or remembered is None:
                         continue
                     for link in remembered.get("links", []):
                         if (
@@ -101,9 +128,25 @@ def read(run: Run) -> Iterator[Item | Kept]:
                         ):
                             queued.add(link)
                             queue.append(link)
+                            linked_from[link] = remembered.get("locale", "")
                             run.expect(1)
                 if delay:
                     fetcher.wait(min(delay, 30))
+
+
+def _scope(start: str, scope: object) -> str:
+    """The path a crawl stays under: the `scope` setting's (a path, or a
+    URL on the start URL's host), else the start URL's folder: /docs/, or
+    /docs (no extension); a page's folder otherwise."""
+    if scope:
+        parts = urlsplit(urljoin(start, str(scope).strip()))
+        if parts.netloc.lower() != urlsplit(start).netloc.lower():
+            raise SourceError(f"the scope {scope} is not on the start URL's host")
+        path = parts.path or "/"
+        return path if path.endswith("/") else path + "/"
+    path = urlsplit(start).path or "/"
+    last = path.rsplit("/", 1)[1]
+    return path + "/" if last and "." not in last else path[: path.rfind("/") + 1]
 
 
 def _robots(fetcher: Fetcher, start: str) -> urllib.robotparser.RobotFileParser:
@@ -246,60 +289,93 @@ def _get(fetcher: Fetcher, url: str, before: dict[str, Any] | None) -> Response 
 
 
 def _page(
-    url: str, response: Response | None, before: dict[str, Any] | None, default: str
-) -> tuple[Item | Kept, dict[str, Any]] | None:
+    url: str, response: Response | None, before: dict[str, Any] | None, explicit: str, fallback: str
+) -> tuple[Item | Kept | None, dict[str, Any] | None]:
+    """The page's article (None: no article), and what to remember of it
+    for the next sync (None: nothing, as for a page that is gone)."""
     if response is None or response.status in (404, 410):
-        return None  # gone: its article is unpublished
+        return None, None  # gone: its article is unpublished
     if response.status == 304 and before:
+        if before.get("skipped"):
+            return None, before
         # The article's own id, which a redirect or a canonical link may have made another than the URL's.
         return Kept(before.get("id") or _id(url)), before
     if response.status == 304 or response.headers.get("content-type", "text/html").split(";")[0].strip() not in HTML:
-        return None
+        return None, None
     page = parse(response.text())
+    found_at = urldefrag(response.url)[0]
     links = [urldefrag(urljoin(response.url, a["href"]))[0] for a in page.find_all("a", href=True)]
-    html = page.find("html")
-    page_locale = locale(html.get("lang") if html else "", default)
-    alternates = sorted(
-        urljoin(response.url, str(link["href"]))
+    alternates = {
+        str(link["hreflang"]).strip().lower(): urldefrag(urljoin(response.url, str(link["href"])))[0]
         for link in page.find_all("link", rel="alternate", hreflang=True, href=True)
-    )
-    title_tag = page.find("title")
-    content = main_content(page)
-    heading = content.find("h1")
-    title = heading.get_text(" ", strip=True) if heading else ""
-    if heading:
-        heading.decompose()
-    if not title and title_tag:
-        title = title_tag.get_text(" ", strip=True)
-        for separator in TITLE_SEPARATORS:
-            title = title.split(separator)[0]
-    body = to_markdown(content, base_url=response.url)
-    remembered = {
-        "etag": response.headers.get("etag", ""),
-        "last_modified": response.headers.get("last-modified", ""),
-        "links": list(dict.fromkeys(links)),
     }
-    if not title.strip() or not body.strip():
-        return None
     # A page reached at two addresses (/docs/ and /docs/index.html) is one
     # article: the address it names as canonical, on this site, is its id.
     # So is a page reached through a redirect: its id is where it was found.
-    found_at = urldefrag(response.url)[0]
     canonical = page.find("link", rel="canonical", href=True)
     address = urljoin(found_at, str(canonical["href"])) if canonical else found_at
     if urlsplit(address).netloc != urlsplit(url).netloc:
         address = found_at
-    remembered["id"] = _id(address)
+    read = read_page(page)
+    page_locale = explicit or read.language or url_language(found_at) or fallback
+    remembered = {
+        "etag": response.headers.get("etag", ""),
+        "last_modified": response.headers.get("last-modified", ""),
+        "links": list(dict.fromkeys(links)),
+        "locale": page_locale,
+        "id": _id(address),
+    }
+    body = to_markdown(read.content, base_url=response.url)
+    if read.skipped or not read.title or not body.strip():
+        logger.debug("website page %s skipped: %s", found_at, read.skipped or "no title or no text")
+        return None, {**remembered, "skipped": read.skipped or "empty"}
     item = Item(
         external_id=_id(address),
         locale=page_locale,
-        title=title.strip(),
+        title=read.title,
         body=body,
         url=found_at,
-        # The versions of one page share the first of their URLs.
-        translation_key=_id(min([url, *alternates])) if alternates else "",
+        translation_key=translation_key(address, alternates),
     )
     return item, remembered
+
+
+def url_language(url: str) -> str:
+    """The language a URL names: its first language folder (/pt-BR/,
+    /pt_BR/, /en/), else a language suffix on its file (faq.pt.html)."""
+    segments = urlsplit(url).path.split("/")
+    for segment in segments:
+        if _is_language(segment):
+            return language_tag(segment)
+    stem = segments[-1].rsplit(".", 1)[0]
+    suffix = stem.rpartition(".")[2] if "." in stem else ""
+    return language_tag(suffix) if _is_language(suffix) else ""
+
+
+def translation_key(url: str, alternates: dict[str, str]) -> str:
+    """What a page's versions in other languages share, whichever source
+    imported each: the URL its hreflang alternates name as x-default (else
+    the first of them and its own), else its own, each on its host and
+    without its language folder or suffix (so /html/en-US/a.html,
+    /html/pt-BR/a.html and /help/a.pt.html are /html/a.html and /help/a.html)."""
+    if alternates:
+        url = alternates.get("x-default") or min([url, *alternates.values()])
+    parts = urlsplit(url)
+    segments = parts.path.split("/")
+    folder = next((n for n, segment in enumerate(segments) if _is_language(segment)), None)
+    if folder is not None:
+        del segments[folder]
+    stem, dot, extension = segments[-1].rpartition(".")
+    if stem and "." in stem and _is_language(stem.rpartition(".")[2]):
+        segments[-1] = f"{stem.rpartition('.')[0]}{dot}{extension}"
+    path = "/".join(segments) or "/"
+    return parts.netloc.lower() + path + (f"?{parts.query}" if parts.query else "")
+
+
+def _is_language(name: str) -> bool:
+    """A language Django knows (en, pt-BR, pt_BR), not any short name (api, faq)."""
+    found = URL_LANGUAGE.match(name)
+    return bool(found) and found.group(1).lower() in LANG_INFO
 
 
 def _id(url: str) -> str:

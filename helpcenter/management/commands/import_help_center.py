@@ -1,11 +1,11 @@
 import time
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
 from helpcenter import indexer
 from helpcenter.importers import FetchError, SourceError, location_of
 from helpcenter.importers.secrets import ENV_PREFIX, TokenError, check_env_name
-from helpcenter.importers.sync import Busy, sync
+from helpcenter.importers.sync import Busy, Progress, sync
 from helpcenter.management.embedding import embed_now
 from helpcenter.models import Source
 
@@ -29,9 +29,17 @@ class Command(BaseCommand):
         parser.add_argument(
             "--locale",
             action="append",
-            help="a language to import (Zendesk: en-us, pt-br...; repeat for several); elsewhere the default",
+            help=(
+                "a language to import (Zendesk: en-us, pt-br...; repeat for several); website: every page's language, "
+                "whatever the pages declare; Markdown: the language of files that do not say"
+            ),
         )
         parser.add_argument("--max-pages", type=int, help="website: the most pages to read (default 500)")
+        parser.add_argument(
+            "--scope",
+            metavar="PATH",
+            help="website: the path a crawl stays under (default: the start URL's folder), such as /docs/",
+        )
         parser.add_argument("--section", action="append", help="Zendesk: only this section id (repeatable)")
         parser.add_argument("--no-embed", action="store_true", help="leave the embedding to the servers' indexers")
 
@@ -56,23 +64,48 @@ class Command(BaseCommand):
         verb = "Importing" if created or source.synced_at is None else "Syncing"
         self.stdout.write(f"{verb} {source.get_kind_display()} from {location}...")
         started = time.monotonic()
-        last = [0.0]
-
-        def progress(done: int, total: int | None) -> None:
-            if time.monotonic() - last[0] >= 5:
-                last[0] = time.monotonic()
-                self.stdout.write(f"  {done} of {total}" if total else f"  {done}")
-
+        line = _ProgressLine(self.stdout)
         try:
-            result = sync(source, on_progress=progress)
+            result = sync(source, on_progress=line)
         except Busy as e:
             raise CommandError(str(e)) from None
         except (SourceError, FetchError, TokenError) as e:
             raise CommandError(f"{source.name}: {e}. Nothing was unpublished; run it again.") from None
+        finally:
+            line.end()
         self.stdout.write(f"{source.name}: {result} ({time.monotonic() - started:.1f} s).")
         if options["no_embed"]:
             return
         embed_now(self)
+
+
+class _ProgressLine:
+    """The sync's progress: one line updated in place on a terminal, a line
+    every LOG_SECONDS otherwise (a log)."""
+
+    LOG_SECONDS = 5.0
+
+    def __init__(self, out: OutputWrapper) -> None:
+        self.out = out
+        self.terminal = out.isatty()
+        self.shown = 0.0
+        self.open = False  # a terminal's line not ended yet
+
+    def __call__(self, progress: Progress) -> None:
+        now = time.monotonic()
+        if self.terminal:
+            self.out.write(f"\r  {progress}\033[K", ending="")
+            self.open = True
+            self.out.flush()
+        elif not progress.finished and now - self.shown >= self.LOG_SECONDS:
+            self.shown = now
+            self.out.write(f"  {progress}")
+
+    def end(self) -> None:
+        """Ends the terminal's line, before what the command says next."""
+        if self.open:
+            self.out.write("")
+            self.open = False
 
 
 def _configure(source: Source, options: dict) -> bool:
@@ -85,6 +118,8 @@ def _configure(source: Source, options: dict) -> bool:
         )
     if options["max_pages"]:
         settings["max_pages"] = options["max_pages"]
+    if options["scope"]:
+        settings["scope"] = options["scope"]
     if options["section"]:
         settings["sections"] = options["section"]
     fields = {"settings": settings}
