@@ -9,7 +9,7 @@ SERVER ?= daphne
 SERVE_daphne = $(VENV)/bin/daphne -b $(HOST) -p $(PORT) --access-log /dev/null kookee.asgi:application
 SERVE_uvicorn = $(VENV)/bin/uvicorn --host $(HOST) --port $(PORT) --lifespan on --no-access-log kookee.asgi:application
 
-.PHONY: run superuser test format bench load eval clean chromium screenshots messages compilemessages gettext
+.PHONY: run superuser test format bench load eval eval-manuals clean chromium screenshots messages compilemessages gettext
 
 $(VENV)/installed: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -113,12 +113,20 @@ $(VENV)/bench-installed: $(VENV)/installed bench/requirements.txt
 	$(PY) -m pip install --quiet -r bench/requirements.txt
 	touch $@
 
-# Help-center search on questions it was not built on (bench/eval.py): the
-# test half by default; `make eval SPLIT=tune` for the half that tunes.
+# Help-center search on questions it was not built on: the demo help center
+# (bench/eval.py), then real manuals from Debian's packages (bench/manuals.py:
+# apt-get downloads them once into .cache/; a first import with default
+# settings embeds for minutes, an hour for a large manual; reused after).
+# The test half by default; `make eval SPLIT=tune` for the half that tunes,
+# `make eval-manuals MANUALS=gimp,debian-faq` for some manuals only.
 SPLIT ?= test
-eval: export DJANGO_DEBUG ?= true
+MANUALS ?=
+eval eval-manuals: export DJANGO_DEBUG ?= true
 eval: $(VENV)/installed
 	$(PY) bench/eval.py --split $(SPLIT)
+	$(MAKE) --no-print-directory eval-manuals
+eval-manuals: $(VENV)/installed
+	$(PY) bench/manuals.py --split $(SPLIT) $(if $(MANUALS),--manuals $(MANUALS))
 
 # Every turn's invariants under load: one process on SQLite, then two on
 # PostgreSQL and Redis when this machine runs them.

@@ -17,6 +17,9 @@ fixture, so the figures are the tool's result as the model receives it:
   could only say the help center does not cover it;
 - p50 / p99: one search's time, in milliseconds.
 
+Real manuals, imported as a user imports them, are bench/manuals.py's (make
+eval runs this, then that).
+
     .venv/bin/python bench/eval.py [--split test|tune|all] [--json]
 """
 
