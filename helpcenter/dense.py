@@ -18,6 +18,12 @@ class Nearest:
     def __init__(self, dense: Dense, cosines: np.ndarray, limit: int) -> None:
         self._dense = dense
         self._cosines = cosines
+        # Each passage's cosine as a share of the way from the passages'
+        # mean to the best one: a model's cosines crowd into a narrow band
+        # (0.84-0.91 for every page of a manual), so their raw values say
+        # little; how far a passage stands above the rest says more.
+        top, mean = (float(cosines.max()), float(cosines.mean())) if len(cosines) else (0.0, 0.0)
+        self.closeness = np.clip((cosines - mean) / (top - mean), 0.0, 1.0) if top > mean else np.zeros_like(cosines)
         self._best = best = np.maximum.reduceat(cosines, dense.starts)
         # The closest `limit` articles, closest first: all that a fusion of
         # rankings can lift into the first few.
@@ -28,6 +34,15 @@ class Nearest:
         spread = float(best.std())
         self.standout = float((best.max() - best.mean()) / spread) if spread > 0 else 0.0
 
+    def standing(self, article: int) -> float:
+        """The article's best passage, in standard deviations above the
+        mean of every passage's cosine: comparable across queries and models."""
+        at = self._dense.position.get(article)
+        spread = float(self._cosines.std())
+        if at is None or spread == 0:
+            return 0.0
+        return float((self._best[at] - self._cosines.mean()) / spread)
+
     def similarity(self, article: int) -> float:
         at = self._dense.position.get(article)
         return 0.0 if at is None else float(self._best[at])
@@ -35,6 +50,19 @@ class Nearest:
     def embedded(self, article: int) -> bool:
         """Whether any of the article's passages has a vector."""
         return article in self._dense.rows
+
+    def closest_rows(self, limit: int) -> np.ndarray:
+        """The rows of the `limit` passages closest to the query, in no order."""
+        if limit >= len(self._cosines):
+            return np.arange(len(self._cosines))
+        return np.argpartition(-self._cosines, limit - 1)[:limit]
+
+    def passage_at(self, row: int) -> Passage:
+        return self._dense.passages[int(row)]
+
+    def row(self, passage: Passage) -> int | None:
+        """The passage's row in the matrix; None when it is not embedded."""
+        return self._dense.row_of.get((passage.article_id, passage.number))
 
     def passage(self, article: int) -> Passage | None:
         """The article's passage closest to the query; None when none of its
@@ -58,6 +86,7 @@ class Dense:
         self.position = {article: i for i, article in enumerate(self.articles)}
         ends = [*self.starts[1:], len(passages)]
         self.rows = {article: (int(s), int(e)) for article, s, e in zip(self.articles, self.starts, ends, strict=True)}
+        self.row_of = {(p.article_id, p.number): row for row, p in enumerate(passages)}
 
     def nearest(self, vector: np.ndarray, limit: int = 100) -> Nearest | None:
         """None when the vector is of another model's size, or nothing is embedded."""

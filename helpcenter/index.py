@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
+from functools import cached_property
 
 import numpy as np
 from channels.db import database_sync_to_async
@@ -32,7 +33,7 @@ from django.dispatch import receiver
 
 from helpcenter import embeddings, passages, ranking
 from helpcenter.dense import Dense
-from helpcenter.models import Article, PassageVector, language_of
+from helpcenter.models import Article, PassageVector, Source, language_of
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,25 @@ class Snapshot:
 
     def fresh(self) -> bool:
         return time.monotonic() - self.checked_at < settings.KOOKEE_HELP_CENTER_RECHECK_SECONDS
+
+    @cached_property
+    def sections(self) -> Sections:
+        """Every passage as a document of its own, for ranking sections by
+        their words: a long page that mentions everything ranks by its best
+        section, not by its whole."""
+        return Sections(self.passages)
+
+
+class Sections:
+    """The passages in one list (a passage's number in it is its document's
+    id in the ranking), each titled by its article's title and its heading."""
+
+    def __init__(self, by_article: dict[int, list[passages.Passage]]) -> None:
+        self.passages = [p for found in by_article.values() for p in found]
+        self.number_of = {(p.article_id, p.number): n for n, p in enumerate(self.passages)}
+        self.index = ranking.Index(
+            [ranking.Document(number, f"{p.title}\n{p.heading}", "", p.text) for number, p in enumerate(self.passages)]
+        )
 
 
 _current: Snapshot | None = None
@@ -97,16 +117,22 @@ def published_passages() -> dict[int, list[passages.Passage]]:
 
 
 def _build(stamp: tuple) -> Snapshot:
-    articles = Article.objects.filter(published=True).only(
-        "id", "title", "slug", "body", "locale", "source_id", "translation_key"
+    articles = (
+        Article.objects.filter(published=True)
+        .select_related("source")
+        .only("id", "title", "slug", "body", "locale", "source_id", "translation_key", "source__kind")
     )
     documents = [ranking.Document(a.id, a.title, a.get_absolute_url(), a.body) for a in articles]
     split = {a.id: passages.split(a.id, a.title, a.body) for a in articles}
     dense, missing = _dense(stamp[2], split)
-    groups: dict[tuple[int, str], list[int]] = {}
+    groups: dict[tuple[object, str], list[int]] = {}
     for a in articles:
         if a.source_id and a.translation_key:
-            groups.setdefault((a.source_id, a.translation_key), []).append(a.id)
+            # A website's key is its page's address without the language
+            # (helpcenter/importers/website.py): the same page whichever
+            # source imported each language. Other sources' keys are their ids.
+            owner = "website" if a.source.kind == Source.Kind.WEBSITE else a.source_id
+            groups.setdefault((owner, a.translation_key), []).append(a.id)
     versions = {member: tuple(ids) for ids in groups.values() if len(ids) > 1 for member in ids}
     return Snapshot(
         stamp,

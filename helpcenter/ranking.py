@@ -22,6 +22,7 @@ we bring our old posts?").
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -29,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+import Stemmer
 
 STOPWORDS = frozenset(
     """a about after all also am an and any are as at be been but by can could do does
@@ -98,21 +100,18 @@ def folded(text: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
+@functools.lru_cache(maxsize=200_000)
 def _stem(word: str) -> str:
-    """A light suffix strip, enough to match "invoices" with "invoice" and
-    "boxes" with "box"."""
-    if len(word) <= 4 or word.endswith("ss"):
-        return word
-    if word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith(("sses", "xes", "ches", "shes", "zes")):
-        return word[:-2]
-    if word.endswith("s"):
-        return word[:-1]
-    for suffix in ("ing", "ed"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
+    """Snowball's English stemmer, then its Portuguese one: "installing",
+    "installation" and "installed" are one term, and so are "senha" and
+    "senhas". One function for every text, in both languages, so that a
+    query and an article always agree (a word is folded first: visitors
+    type "instalacao" as often as "instalação")."""
+    return _PORTUGUESE.stemWord(_ENGLISH.stemWord(word))
+
+
+_ENGLISH = Stemmer.Stemmer("english")
+_PORTUGUESE = Stemmer.Stemmer("portuguese")
 
 
 class Index:
@@ -182,6 +181,16 @@ class Index:
             for n in best
         ]
 
+    def unknown(self, query: str) -> float:
+        """The share of the query's weight in terms no document uses
+        ("bitcoin" in "can I pay with bitcoin?"): what no article can answer."""
+        wanted = set(terms(query))
+        if not wanted or not self.documents:
+            return 0.0
+        rarest = self._idf_of(1)
+        idf = {term: min(self._idf(term), rarest) for term in wanted}
+        return sum(w for t, w in idf.items() if t not in self._postings) / sum(idf.values())
+
     def _idf(self, term: str) -> float:
         posting = self._postings.get(term)
         return self._idf_of(0 if posting is None else len(posting[0]))
@@ -205,8 +214,28 @@ def snippet(query: str, markdown: str) -> str:
 
 def normalised(query: str) -> str:
     """The query's terms, each once, sorted: what groups searches for the
-    same thing in other words ("Can I pay with bitcoin?", "pay in bitcoins")."""
-    return " ".join(sorted(set(terms(query))))
+    same thing in other words ("Can I pay with bitcoin?", "pay in bitcoins"),
+    shown to Support as they are."""
+    words = re.findall(r"[a-z0-9]+", folded(query))
+    return " ".join(sorted({_plural_stem(w) for w in words if w not in STOPWORDS}))
+
+
+def _plural_stem(word: str) -> str:
+    """A light suffix strip, enough to match "invoices" with "invoice" and
+    "boxes" with "box": for the terms people read (normalised), where
+    Snowball's "dark mod" would puzzle them."""
+    if len(word) <= 4 or word.endswith("ss"):
+        return word
+    if word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith(("sses", "xes", "ches", "shes", "zes")):
+        return word[:-2]
+    if word.endswith("s"):
+        return word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
 
 
 def _plain(markdown: str) -> str:
