@@ -258,6 +258,12 @@ class SourceAdmin(ModelAdmin):
     @admin.display(description=_("status"))
     def status(self, source):
         if source.running_since is not None:
+            if source.progress_embedding:
+                return format_html(
+                    '<span class="kk-running">{}</span>',
+                    gettext("Embedding: %(done)s of %(total)s sections")
+                    % {"done": source.progress_done, "total": source.progress_total or "…"},
+                )
             if source.progress_total:
                 return format_html(
                     '<span class="kk-running">{}</span>',

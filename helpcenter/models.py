@@ -52,6 +52,8 @@ class Source(models.Model):
     run_id = models.CharField(max_length=32, blank=True, editable=False)
     progress_done = models.PositiveIntegerField(_("done"), default=0, editable=False)
     progress_total = models.PositiveIntegerField(_("expected"), null=True, blank=True, editable=False)
+    # What the counts are of: pages read, or (after them) sections embedded.
+    progress_embedding = models.BooleanField(default=False, editable=False)
     last_result = models.JSONField(_("last result"), default=dict, blank=True, editable=False)
     last_error = models.TextField(_("last error"), blank=True, editable=False)
 

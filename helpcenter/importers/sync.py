@@ -121,7 +121,14 @@ def acquire(source: Source) -> str:
     taken = (
         Source.objects.filter(pk=source.pk)
         .filter(free)
-        .update(running_since=now, run_id=run_id, progress_done=0, progress_total=None, last_error="")
+        .update(
+            running_since=now,
+            run_id=run_id,
+            progress_done=0,
+            progress_total=None,
+            progress_embedding=False,
+            last_error="",
+        )
     )
     if not taken:
         raise Busy(f"a sync of {source.name} is already running")

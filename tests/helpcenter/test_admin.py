@@ -59,3 +59,33 @@ def test_the_demo_loader_keeps_its_name_and_fills_the_moved_table(client):
     assert Article.objects.count() >= 25
     assert Article._meta.db_table == "chat_helparticle"
     assert client.get("/help/").status_code == 200
+
+
+def test_a_source_embedding_after_its_sync_says_so(client, django_user_model):
+    from django.utils import timezone
+
+    from helpcenter.models import Source
+
+    client.force_login(django_user_model.objects.create_superuser(username="root", password="pw"))
+    Source.objects.create(
+        kind="markdown",
+        name="Docs",
+        location="/srv/docs",
+        running_since=timezone.now(),
+        progress_done=3,
+        progress_total=10,
+        progress_embedding=True,
+    )
+    Source.objects.create(
+        kind="markdown",
+        name="Notes",
+        location="/srv/notes",
+        running_since=timezone.now(),
+        progress_done=4,
+        progress_total=9,
+    )
+
+    page = client.get("/admin/helpcenter/source/").content.decode()
+
+    assert "Embedding: 3 of 10 sections" in page
+    assert "Syncing: 4 of 9" in page

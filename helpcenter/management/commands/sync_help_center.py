@@ -3,12 +3,13 @@ import os
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
-from helpcenter import indexer
+from helpcenter import embeddings, indexer
 from helpcenter.importers import FetchError, SourceError
 from helpcenter.importers.secrets import TokenError
 from helpcenter.importers.sync import OVER_MEMORY, Busy, due, limit_this_process, sync
-from helpcenter.management.embedding import embed_now
+from helpcenter.management.embedding import Progress, embed_all, embed_now
 from helpcenter.models import Source
 
 
@@ -73,3 +74,26 @@ class Command(BaseCommand):
         except Exception as e:  # on the source's page already
             raise CommandError(f"{source.name}: failed, {e}. Nothing was unpublished.") from None
         self.stdout.write(f"{source.name}: {result}.")
+        self._embed(source, run_id)
+
+    def _embed(self, source: Source, run_id: str) -> None:
+        """Embeds what the sync wrote, its counts on the source's row as the
+        pages' were: the admin shows "Embedding: N of M sections". The lease
+        is taken again only if no other sync took it meanwhile."""
+        taken = Source.objects.filter(pk=source.pk, running_since__isnull=True).update(
+            running_since=timezone.now(), run_id=run_id, progress_done=0, progress_total=None, progress_embedding=True
+        )
+
+        def shown(progress: Progress) -> None:
+            Source.objects.filter(pk=source.pk, run_id=run_id).update(
+                progress_done=progress.done, progress_total=progress.total, running_since=timezone.now()
+            )
+
+        try:
+            embed_all(shown if taken else None)
+        except embeddings.EmbeddingError as e:  # the server's indexer tries again
+            self.stderr.write(f"{source.name}: embedding failed, {e}; it is retried in the background.")
+        finally:
+            Source.objects.filter(pk=source.pk, run_id=run_id).update(
+                running_since=None, run_id="", progress_embedding=False
+            )

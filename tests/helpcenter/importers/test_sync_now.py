@@ -271,3 +271,34 @@ def test_a_folder_is_read_from_the_admin_only_under_the_import_root(admin_client
     assert f"is not under KOOKEE_IMPORT_ROOT ({root})" in ended(linked).last_error
     assert list(Article.objects.values_list("title", flat=True)) == ["Refunds"]
     assert reaped()
+
+
+def test_the_child_embeds_what_it_wrote_and_the_page_shows_it(admin_client, zendesk, monkeypatch, settings):
+    from helpcenter import index
+    from helpcenter.models import PassageVector
+    from tests.embeddings_server import EmbeddingsServer
+
+    with EmbeddingsServer() as server:
+        embedding = {
+            "KOOKEE_EMBEDDINGS": "provider",
+            "KOOKEE_EMBEDDINGS_MODEL": "scripted-embedder",
+            "KOOKEE_EMBEDDINGS_BASE_URL": server.base_url,
+            "KOOKEE_EMBEDDINGS_API_KEY": "embed-key",
+            "KOOKEE_WEB_INDEXER": "false",  # this process plays the server: the child alone embeds
+        }
+        for name, value in embedding.items():
+            monkeypatch.setenv(name, value)
+        settings.KOOKEE_EMBEDDINGS, settings.KOOKEE_EMBEDDINGS_MODEL = "provider", "scripted-embedder"
+        settings.KOOKEE_WEB_INDEXER = False
+        source = Source.objects.create(kind="zendesk", name="Acme", location=zendesk.url)
+        sync_now(admin_client, source)
+        assert ended(source, seconds=120).last_error == ""
+        assert reaped()
+
+        sections = sum(len(found) for found in index.published_passages().values())
+        assert PassageVector.objects.filter(model="scripted-embedder").count() == sections > 0
+        # Each section asked for once, by the child, before it gave the lease back.
+        assert sorted(text for batch in server.inputs() for text in batch) == sorted(
+            {p.embedded for found in index.published_passages().values() for p in found}
+        )
+        assert (source.progress_done, source.progress_total, source.progress_embedding) == (sections, sections, False)
