@@ -101,6 +101,8 @@ bench: $(VENV)/installed $(VENV)/bench-installed chromium
 	$(PY) bench/db_writes.py
 	$(PY) bench/soak.py --visitors 200 $$(pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && echo --postgres)
 	$(PY) bench/eval.py --split test --save
+	$(PY) bench/manuals.py --split test --save
+	$(PY) bench/embedding_speed.py --save
 	$(PY) bench/search_scale.py
 	$(PY) bench/import_scale.py
 	$(PY) bench/hostile_sources.py
