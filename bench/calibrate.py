@@ -74,7 +74,7 @@ def evidence_worker() -> None:
         each = []
         for point in grid:
             for name, value in point.items():
-                setattr(search, name, value)
+                _set(name, value)
             each.append(
                 [
                     {"url": urls.get(c.shown, ""), "evidence": c.evidence}
@@ -83,6 +83,14 @@ def evidence_worker() -> None:
             )
         found.append(each)
     json.dump(found, sys.stdout)
+
+
+def _set(name: str, value: Any) -> None:
+    """A constant of helpcenter.search, or of another of its modules ("ranking.TITLE_BONUS")."""
+    import importlib
+
+    module, _, constant = name.rpartition(".")
+    setattr(importlib.import_module(f"helpcenter.{module or 'search'}"), constant, value)
 
 
 def manual_examples(name: str, config: str, grid: list[dict[str, float]]) -> list[list[dict[str, Any]]]:
@@ -142,7 +150,7 @@ def demo_examples(config: str, grid: list[dict[str, float]]) -> list[list[dict[s
         slugs = set(question["slugs"])
         for point, values in enumerate(grid):
             for name, value in values.items():
-                setattr(search, name, value)
+                _set(name, value)
             for rank, c in enumerate(search.candidates(snapshot, question["text"], near, question["lang"])):
                 right = demo.slug_of(snapshot.index.by_id[c.shown].url) in slugs
                 examples[point].append(
