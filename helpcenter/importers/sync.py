@@ -243,11 +243,22 @@ def limit_this_process() -> None:
 
 
 def _watch_memory(budget: int) -> None:
-    """Ends this process the moment its resident memory passes the budget
-    (its peak, as the kernel counts it: KB on Linux)."""
-    while resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 <= budget:
+    """Ends this process the moment its resident memory passes the budget."""
+    while _resident() <= budget:
         time.sleep(MEMORY_WATCH_SECONDS)
     os._exit(OVER_MEMORY)  # the server's reaper records why, and gives the lease back
+
+
+def _resident() -> int:
+    """This process's resident memory now, in bytes. Not its peak
+    (ru_maxrss): Linux carries that across exec from the process that
+    forked, so a child of a server that had grown past the budget was over
+    it before it read a page."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize()
+    except (OSError, IndexError, ValueError):  # no /proc: the peak, as the kernel counts it (KB)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _lower(limit: int, soft: int, hard: int) -> None:

@@ -302,3 +302,18 @@ def test_the_child_embeds_what_it_wrote_and_the_page_shows_it(admin_client, zend
             {p.embedded for found in index.published_passages().values() for p in found}
         )
         assert (source.progress_done, source.progress_total, source.progress_embedding) == (sections, sections, False)
+
+
+def test_a_child_of_a_server_larger_than_the_budget_is_measured_by_its_own_memory(admin_client, zendesk, settings):
+    # Linux carries a process's peak resident memory across exec: a child
+    # measured by it was over the budget of a server that had grown past it.
+    settings.KOOKEE_SYNC_MEMORY_MB = 300
+    grown = bytearray(400 * 2**20)
+    grown[:: resource.getpagesize()] = b"x" * len(grown[:: resource.getpagesize()])  # resident, not only mapped
+    source = Source.objects.create(kind="zendesk", name="Acme", location=zendesk.url)
+
+    sync_now(admin_client, source)
+
+    assert ended(source).last_error == ""
+    assert Article.objects.filter(source=source).count() == 23
+    del grown
