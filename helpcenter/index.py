@@ -21,7 +21,6 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
-from functools import cached_property
 
 import numpy as np
 from channels.db import database_sync_to_async
@@ -53,12 +52,20 @@ class Snapshot:
     def fresh(self) -> bool:
         return time.monotonic() - self.checked_at < settings.KOOKEE_HELP_CENTER_RECHECK_SECONDS
 
-    @cached_property
+    # Built on first use, then carried by replace() at each recheck: one
+    # build per change of the help center, not per recheck.
+    _sections: Sections | None = dataclass_field(default=None, repr=False, compare=False)
+
+    @property
     def sections(self) -> Sections:
         """Every passage as a document of its own, for ranking sections by
         their words: a long page that mentions everything ranks by its best
         section, not by its whole."""
-        return Sections(self.passages)
+        sections = self._sections
+        if sections is None:
+            sections = Sections(self.passages)
+            object.__setattr__(self, "_sections", sections)  # frozen: a cache, not a change
+        return sections
 
 
 class Sections:

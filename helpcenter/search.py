@@ -153,7 +153,7 @@ class Candidate:
     article: int  # the version that ranked
     passage: Passage | None  # the shown version's best passage by words and meaning, if it had one
     hit: ranking.Hit | None  # the article as a whole, by words
-    evidence: dict[str, float]  # what the confidence is judged on (EVIDENCE)
+    evidence: dict[str, float]  # what the confidence is judged on (confident())
 
 
 def candidates(
