@@ -76,13 +76,15 @@ class LedgerEntry(AppendOnly):
 
 
 class EmbeddingEntry(AppendOnly):
-    """What embedding cost: indexing the help center (no turn), or the
-    searches of a visitor's turn. Append-only. Only a provider's embeddings
-    are billed: the local model costs nothing."""
+    """What the help center's models cost: indexing it (no turn), a visitor's
+    searches (their turn's; none on the help pages), and reranking them
+    (helpcenter/rerank.py). Append-only. Only a provider's models are
+    billed: the local model costs nothing."""
 
     class Purpose(models.TextChoices):
         INDEXING = "indexing", _("indexing the help center")
         SEARCH = "search", _("a visitor's search")
+        RERANK = "rerank", _("reranking a visitor's search")
 
     purpose = models.CharField(_("purpose"), max_length=16, choices=Purpose.choices)
     turn = models.ForeignKey(

@@ -22,6 +22,8 @@ class ChatConfig(AppConfig):
         from helpcenter import search
 
         search.embedded.connect(_bill_indexing, dispatch_uid="chat.bill_indexing")
+        # So are the help pages' searches, when a provider embeds or reranks them.
+        search.searched.connect(_bill_searches, dispatch_uid="chat.bill_searches")
         checks.register(_email_is_configured, checks.Tags.compatibility, deploy=True)
         checks.register(_email_is_not_printed, checks.Tags.security, deploy=True)
 
@@ -38,6 +40,13 @@ def _bill_indexing(model: str, tokens: int, passages: int, **kwargs) -> None:
     from billing.services import bill_embedding
 
     bill_embedding(EmbeddingEntry.Purpose.INDEXING, model, tokens, passages=passages)
+
+
+def _bill_searches(spent: list, **kwargs) -> None:
+    from billing.services import bill_embedding
+
+    for each in spent:  # no turn: a visitor searched the help pages, not the chat
+        bill_embedding(each.purpose, each.model, each.tokens)
 
 
 def _ensure_roles(**kwargs) -> None:

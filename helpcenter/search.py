@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.dispatch import Signal
 
-from helpcenter import embeddings, index, indexer, ranking
+from helpcenter import embeddings, index, indexer, ranking, rerank
 from helpcenter.dense import Nearest
 from helpcenter.models import language_of
 from helpcenter.passages import Passage
@@ -62,6 +63,7 @@ __all__ = [
     "search_in",
     "search_spending",
     "search_sync",
+    "searched",
     "sweep",
     "titles",
 ]
@@ -82,6 +84,8 @@ MEANING_CANDIDATES = 200
 # a whole, as a share of the best article's (a question that spans sections).
 MEANING = 0.7
 WHOLE_ARTICLE = 0.3
+# Characters of a candidate's passage sent to a reranker (helpcenter/rerank.py).
+RERANK_CHARS = 2000
 # The confidence's logistic weights with meaning (confident()), fitted by
 # bench/calibrate.py on the tuning half of make eval's questions (the
 # demo's, the Debian FAQ's and GIMP's help); the bias moved by 0.5 from the
@@ -106,15 +110,30 @@ embedded = indexer.embedded
 
 # Searches that fell back to words alone, by reason: an operator's figure
 # (chat/ops/metrics.py exports it).
-fallbacks: dict[str, int] = {"error": 0, "timeout": 0, "dimensions": 0, "not_indexed": 0}
+# Reranks that failed, by reason, too: the search then kept its own order.
+fallbacks: dict[str, int] = {
+    "error": 0,
+    "timeout": 0,
+    "dimensions": 0,
+    "not_indexed": 0,
+    "rerank_error": 0,
+    "rerank_timeout": 0,
+}
+
+
+# Sent by the help pages' search (search_sync) with what it cost: spent (a
+# list of Spent). Billing records it, as indexing's (chat connects it).
+searched = Signal()
 
 
 @dataclass(frozen=True)
 class Spent:
-    """What embedding a query cost: billed with the visitor's turn."""
+    """What a search cost a provider's model: embedding the query, or
+    reranking the candidates (purpose). Billed with the visitor's turn."""
 
     model: str
     tokens: int
+    purpose: str = "search"  # billing's EmbeddingEntry.Purpose: "search" or "rerank"
 
 
 def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None, language: str = "") -> dict[str, Any]:
@@ -124,15 +143,29 @@ def search_in(snapshot: index.Snapshot, query: str, near: Nearest | None = None,
     none is high. An article in several languages is one result, in the
     visitor's `language` when it has a version in it, else as it ranked.
     Raises ValueError for an empty query."""
-    found = snapshot.index
+    return _result(snapshot, query, candidates(snapshot, query, near, language), near)
+
+
+def _result(
+    snapshot: index.Snapshot,
+    query: str,
+    found: list[Candidate],
+    near: Nearest | None,
+    reranked: list[float] | None = None,
+) -> dict[str, Any]:
+    """The search's answer for its candidates, in their order. Judged by
+    the reranker's scores when there are some (one per candidate), else by
+    the evidence (confident())."""
     articles = []
-    for candidate in candidates(snapshot, query, near, language):
+    for number, candidate in enumerate(found):
         shown = candidate.shown
-        # The version that ranked says how good the match is; the one shown is the visitor's language's.
-        passage = candidate.passage or (near.passage(shown) if near else None)
-        passage = passage or _by_words(snapshot.passages.get(shown, []), query)
-        good = confident(candidate.evidence, "meaning" in candidate.evidence)
-        articles.append(_article(found.by_id[shown], candidate.hit, passage, query, good, near))
+        passage = _passage_of(snapshot, candidate, query, near)
+        if reranked is not None:
+            good = reranked[number] >= settings.KOOKEE_RERANK_THRESHOLD
+        else:
+            # The version that ranked says how good the match is; the one shown is the visitor's language's.
+            good = confident(candidate.evidence, "meaning" in candidate.evidence)
+        articles.append(_article(snapshot.index.by_id[shown], candidate.hit, passage, query, good, near))
         articles[-1]["language"] = snapshot.languages.get(shown, "")
     articles.sort(key=lambda a: a["confidence"] != HIGH)  # stable: by fused rank within
     result: dict[str, Any] = {
@@ -157,9 +190,10 @@ class Candidate:
 
 
 def candidates(
-    snapshot: index.Snapshot, query: str, near: Nearest | None = None, language: str = ""
+    snapshot: index.Snapshot, query: str, near: Nearest | None = None, language: str = "", limit: int = 0
 ) -> list[Candidate]:
-    """The RESULTS best articles, best first, with the evidence for each."""
+    """The best articles (RESULTS, or `limit`), best first, with the evidence for each."""
+    limit = limit or RESULTS
     _check(query)
     found = snapshot.index
     hits = {hit.document.id: hit for hit in found.hits(query, limit=CANDIDATES)}
@@ -182,7 +216,7 @@ def candidates(
     unknown = sections.index.unknown(query)
     first_by_meaning = near.ranked[0] if near is not None and near.ranked else None
     found_ranked = []
-    for shown, article in _one_version_each(snapshot, ranked, language):
+    for shown, article in _one_version_each(snapshot, ranked, language, limit):
         if shown not in found.by_id:
             continue  # not in this snapshot's articles (never, but a vector may outlive one)
         section_hit, hit = by_section.get(article), hits.get(article)
@@ -251,8 +285,8 @@ def _passages_scored(
     return scored
 
 
-def _one_version_each(snapshot: index.Snapshot, ranked: list[int], language: str) -> list[tuple[int, int]]:
-    """The first RESULTS articles of the ranking, one per article whatever
+def _one_version_each(snapshot: index.Snapshot, ranked: list[int], language: str, limit: int) -> list[tuple[int, int]]:
+    """The first `limit` articles of the ranking, one per article whatever
     its languages, as (the version shown, the version that ranked)."""
     wanted = language_of(language) if language else ""
     best: list[tuple[int, int]] = []
@@ -265,7 +299,7 @@ def _one_version_each(snapshot: index.Snapshot, ranked: list[int], language: str
             taken.add(versions)
             mine = [v for v in versions if wanted and snapshot.languages.get(v) == wanted]
             best.append((mine[0] if mine and article not in mine else article, article))
-        if len(best) == RESULTS:
+        if len(best) == limit:
             break
     return best
 
@@ -298,6 +332,14 @@ def _article(
     return found
 
 
+def _passage_of(snapshot: index.Snapshot, candidate: Candidate, query: str, near: Nearest | None) -> Passage | None:
+    """The passage an article comes through: its best by words and meaning,
+    else its closest by meaning, else the one with most of the query's words."""
+    shown = candidate.shown
+    passage = candidate.passage or (near.passage(shown) if near else None)
+    return passage or _by_words(snapshot.passages.get(shown, []), query)
+
+
 def _by_words(passages: list[Passage], query: str) -> Passage | None:
     """Without meaning, the passage that holds the most of the query's terms
     (the first of equals: an article's opening says what it is about)."""
@@ -306,11 +348,13 @@ def _by_words(passages: list[Passage], query: str) -> Passage | None:
     return max(scored, key=lambda s: (s[0], s[1]))[2] if scored else None
 
 
-async def search_spending(query: str, language: str = "") -> tuple[dict[str, Any], Spent | None]:
-    """search_in, from the event loop, with what embedding the query cost
-    (None when nothing was billed). Ranking an in-memory index takes a few
-    milliseconds: it runs on the loop rather than queueing for the database
-    thread. A query that cannot be embedded is searched by words alone."""
+async def search_spending(query: str, language: str = "") -> tuple[dict[str, Any], list[Spent]]:
+    """search_in, from the event loop, with what the provider's models cost
+    (embedding the query, reranking the candidates; nothing for the local
+    model). Ranking an in-memory index takes a few milliseconds: it runs on
+    the loop rather than queueing for the database thread. A query that
+    cannot be embedded is searched by words alone; candidates that cannot be
+    reranked keep the search's own order."""
     _check(query)
     snapshot = await index.current()
     embedder = _embedder_for(snapshot)
@@ -322,7 +366,21 @@ async def search_spending(query: str, language: str = "") -> tuple[dict[str, Any
             )
         except (TimeoutError, embeddings.EmbeddingError) as e:
             _failed(e)
-    return _searched(snapshot, query, embedder, embedded, language)
+    near, spent = _nearest(snapshot, query, embedder, embedded)
+    reranker = rerank.reranker()
+    found = candidates(snapshot, query, near, language, _depth(reranker))
+    reranked = None
+    if reranker is not None and found:
+        documents = _documents(snapshot, found, query, near)
+        try:
+            reranked = await asyncio.wait_for(
+                reranker.rerank(_plain_query(query), documents), settings.KOOKEE_RERANK_TIMEOUT
+            )
+        except (TimeoutError, rerank.RerankError) as e:
+            _rerank_failed(e)
+        else:
+            spent.append(_rerank_spent(reranker, reranked, query, documents))
+    return _reranked(snapshot, query, found, near, reranked), spent
 
 
 async def search(query: str, language: str = "") -> dict[str, Any]:
@@ -331,7 +389,8 @@ async def search(query: str, language: str = "") -> dict[str, Any]:
 
 
 def search_sync(query: str, language: str = "") -> dict[str, Any]:
-    """search, from sync code (the help pages)."""
+    """search, from sync code (the help pages). What it cost goes out on
+    the `searched` signal, for billing."""
     _check(query)
     snapshot = index.current_sync()
     embedder = _embedder_for(snapshot)
@@ -341,7 +400,22 @@ def search_sync(query: str, language: str = "") -> dict[str, Any]:
             embedded = embeddings.query_sync(embedder, _plain_query(query))
         except embeddings.EmbeddingError as e:
             _failed(e)
-    return _searched(snapshot, query, embedder, embedded, language)[0]
+    near, spent = _nearest(snapshot, query, embedder, embedded)
+    reranker = rerank.reranker()
+    found = candidates(snapshot, query, near, language, _depth(reranker))
+    reranked = None
+    if reranker is not None and found:
+        documents = _documents(snapshot, found, query, near)
+        try:
+            reranked = reranker.rerank_sync(_plain_query(query), documents)
+        except rerank.RerankError as e:
+            _rerank_failed(e)
+        else:
+            spent.append(_rerank_spent(reranker, reranked, query, documents))
+    result = _reranked(snapshot, query, found, near, reranked)
+    if spent:
+        searched.send(sender=Spent, spent=spent)
+    return result
 
 
 def articles_by_id() -> dict[int, ranking.Document]:
@@ -383,25 +457,78 @@ def _failed(error: Exception) -> None:
         _fell_back("error", "embedding a query failed: %s", error)
 
 
-def _searched(
-    snapshot: index.Snapshot,
-    query: str,
-    embedder: embeddings.Embedder | None,
-    embedded: embeddings.Embedded | None,
-    language: str = "",
-) -> tuple[dict[str, Any], Spent | None]:
+def _nearest(
+    snapshot: index.Snapshot, query: str, embedder: embeddings.Embedder | None, embedded: embeddings.Embedded | None
+) -> tuple[Nearest | None, list[Spent]]:
+    """The passages by meaning, when the query has a vector that fits; and
+    what embedding it cost."""
     near = None
     if embedder is not None and embedded is not None and snapshot.dense is not None:
         near = snapshot.dense.nearest(embedded.vectors[0])
         if near is None:
             _fell_back("dimensions", "the query's vector is not the size of the passages' (%s)", embedder.model)
-    result = search_in(snapshot, query, near, language)
+    spent = []
+    if embedder is not None and embedded is not None and embedder.billed and not embedded.cached:
+        spent.append(Spent(embedder.model, embedded.tokens or indexer.estimated_tokens([query])))
+    return near, spent
+
+
+def _finished(
+    snapshot: index.Snapshot,
+    query: str,
+    found: list[Candidate],
+    near: Nearest | None,
+    reranked: list[float] | None = None,
+) -> dict[str, Any]:
+    result = _result(snapshot, query, found, near, reranked)
     if near is None and embeddings.embedder() is not None:
         result["by_words_only"] = True
-    spent = None
-    if embedder is not None and embedded is not None and embedder.billed and not embedded.cached:
-        spent = Spent(embedder.model, embedded.tokens or indexer.estimated_tokens([query]))
-    return result, spent
+    return result
+
+
+def _depth(reranker: rerank.Reranker | None) -> int:
+    """How many candidates a search reads: those a reranker reads, else the results."""
+    return settings.KOOKEE_RERANK_CANDIDATES if reranker is not None else RESULTS
+
+
+def _documents(snapshot: index.Snapshot, found: list[Candidate], query: str, near: Nearest | None) -> list[str]:
+    """What the reranker reads of each candidate: the passage it comes
+    through, where it sits (title, heading) and what it says. Capped: a
+    reranker reads about 512 tokens of it, and a provider bills what is sent."""
+    documents = []
+    for candidate in found:
+        passage = _passage_of(snapshot, candidate, query, near)
+        text = passage.embedded if passage else snapshot.index.by_id[candidate.shown].title
+        documents.append(text[:RERANK_CHARS])
+    return documents
+
+
+def _reranked(
+    snapshot: index.Snapshot,
+    query: str,
+    found: list[Candidate],
+    near: Nearest | None,
+    reranked: rerank.Reranked | None,
+) -> dict[str, Any]:
+    """The first RESULTS candidates by the reranker's scores (a stable sort:
+    equals keep the search's order), judged by them; without scores, the
+    search's own first RESULTS, judged by the evidence."""
+    if reranked is None:
+        return _finished(snapshot, query, found[:RESULTS], near)
+    order = sorted(range(len(found)), key=lambda number: -reranked.scores[number])[:RESULTS]
+    return _finished(snapshot, query, [found[n] for n in order], near, [reranked.scores[n] for n in order])
+
+
+def _rerank_spent(reranker: rerank.Reranker, reranked: rerank.Reranked, query: str, documents: list[str]) -> Spent:
+    # A server that reports no usage is billed an estimate, never nothing.
+    tokens = reranked.tokens or indexer.estimated_tokens([query] * len(documents) + documents)
+    return Spent(reranker.model, tokens, "rerank")
+
+
+def _rerank_failed(error: Exception) -> None:
+    reason = "rerank_timeout" if isinstance(error, TimeoutError) or "Timeout" in str(error) else "rerank_error"
+    fallbacks[reason] += 1
+    logger.warning("help-center search in its own order, not reranked: %s", error or type(error).__name__)
 
 
 def _plain_query(query: str) -> str:

@@ -338,6 +338,26 @@ KOOKEE_EMBEDDINGS_THREADS = env.int("KOOKEE_EMBEDDINGS_THREADS", default=1)
 KOOKEE_EMBEDDINGS_PASSAGE_TOKENS = env.int("KOOKEE_EMBEDDINGS_PASSAGE_TOKENS", default=256)
 if not 16 <= KOOKEE_EMBEDDINGS_PASSAGE_TOKENS <= 512:
     raise ImproperlyConfigured("KOOKEE_EMBEDDINGS_PASSAGE_TOKENS must be between 16 and 512.")
+# A second reading of a search's best candidates by a provider's rerank
+# endpoint (helpcenter/rerank.py): POST {KOOKEE_RERANK_BASE_URL}/rerank with
+# KOOKEE_RERANK_MODEL, off when the model is unset. It reads the first
+# KOOKEE_RERANK_CANDIDATES articles (their best passages); an article whose
+# score reaches KOOKEE_RERANK_THRESHOLD is taken to answer ("high"). A
+# visitor waits at most KOOKEE_RERANK_TIMEOUT seconds, then the search keeps
+# its own order.
+KOOKEE_RERANK_MODEL = env.str("KOOKEE_RERANK_MODEL", default="")
+KOOKEE_RERANK_BASE_URL = env.str("KOOKEE_RERANK_BASE_URL", default=OPENAI_BASE_URL)
+KOOKEE_RERANK_API_KEY = env.str("KOOKEE_RERANK_API_KEY", default=OPENAI_API_KEY)
+if KOOKEE_RERANK_MODEL and not KOOKEE_RERANK_BASE_URL:
+    raise ImproperlyConfigured(
+        "KOOKEE_RERANK_MODEL needs an endpoint: KOOKEE_RERANK_BASE_URL (or OPENAI_BASE_URL), such as "
+        "https://api.cohere.com/v2 or http://vllm:8000/v1 (the search posts to its /rerank)."
+    )
+KOOKEE_RERANK_TIMEOUT = env.float("KOOKEE_RERANK_TIMEOUT", default=2.0)
+KOOKEE_RERANK_CANDIDATES = env.int("KOOKEE_RERANK_CANDIDATES", default=15)
+if not 3 <= KOOKEE_RERANK_CANDIDATES <= 100:
+    raise ImproperlyConfigured("KOOKEE_RERANK_CANDIDATES must be between 3 and 100.")
+KOOKEE_RERANK_THRESHOLD = env.float("KOOKEE_RERANK_THRESHOLD", default=0.5)
 # Who embeds the passages that have no vector (helpcenter/indexer.py). On:
 # a web process that finds some has them embedded, never on its own CPU, by
 # a low-priority `run_indexer --once` child. Off: `manage.py run_indexer` does.

@@ -36,3 +36,17 @@ def test_production_cookies_cannot_be_planted_from_another_origin(tmp_path):
     assert result.stdout.split() == ["__Host-sessionid", "True", "/", "None", "__Host-csrftoken", "True", "/"], (
         result.stderr
     )
+
+
+def test_a_rerank_model_without_an_endpoint_is_refused_at_start(tmp_path):
+    # OpenAI has no rerank endpoint: a model named without a URL would fail
+    # every search's second reading, silently. It is refused at start instead.
+    from tests.test_security import manage
+
+    common = {"DJANGO_DEBUG": "true", "DATABASE_URL": f"sqlite:///{tmp_path / 'x.sqlite3'}", "OPENAI_BASE_URL": ""}
+    refused = manage("check", KOOKEE_RERANK_MODEL="rerank-v3.5", KOOKEE_RERANK_BASE_URL="", **common)
+    assert refused.returncode != 0 and "KOOKEE_RERANK_BASE_URL" in refused.stderr
+    taken = manage(
+        "check", KOOKEE_RERANK_MODEL="rerank-v3.5", KOOKEE_RERANK_BASE_URL="https://api.cohere.com/v2", **common
+    )
+    assert taken.returncode == 0, taken.stderr

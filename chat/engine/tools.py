@@ -12,7 +12,6 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from billing.models import EmbeddingEntry
 from billing.services import bill_embedding
 from chat.engine.rounds import Tool
 from chat.support import handoffs
@@ -42,14 +41,17 @@ async def _search_help_center(query: str, language: str = "") -> dict[str, Any]:
     if not isinstance(language, str):
         raise ValueError("language must be a string")
     result, spent = await search.search_spending(query, language or visitor_language.get())
-    if spent is not None:
-        # Embedding the query cost money: billed with the turn that asked,
-        # even if a Stop lands on this write (shielded).
-        bill = database_sync_to_async(bill_embedding)(
-            EmbeddingEntry.Purpose.SEARCH, spent.model, spent.tokens, turn_id=current_turn.get(None)
-        )
+    if spent:
+        # Embedding the query and reranking cost money: billed with the turn
+        # that asked, even if a Stop lands on this write (shielded).
+        bill = database_sync_to_async(_bill)(spent, current_turn.get(None))
         await asyncio.shield(asyncio.ensure_future(bill))
     return with_advice(result)
+
+
+def _bill(spent: list[search.Spent], turn_id: int | None) -> None:
+    for each in spent:
+        bill_embedding(each.purpose, each.model, each.tokens, turn_id=turn_id)
 
 
 async def _request_human(reason: str = "") -> dict[str, Any]:
