@@ -36,7 +36,7 @@ superuser: $(VENV)/installed
 test: $(VENV)/installed chromium compilemessages
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	DJANGO_DEBUG=true $(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
 # Debian's Chromium for the browser tests (Playwright's own browser download
@@ -120,15 +120,17 @@ $(VENV)/bench-installed: $(VENV)/installed bench/requirements.txt
 # apt-get downloads them once into .cache/; a first import with default
 # settings embeds for minutes, an hour for a large manual; reused after).
 # The test half by default; `make eval SPLIT=tune` for the half that tunes,
-# `make eval-manuals MANUALS=gimp,debian-faq` for some manuals only.
+# `make eval-manuals MANUALS=gimp,debian-faq` for some manuals only;
+# CONFIGS=default,rerank with a reranker's KOOKEE_RERANK_* in the shell.
 SPLIT ?= test
 MANUALS ?=
+CONFIGS ?=
 eval eval-manuals: export DJANGO_DEBUG ?= true
 eval: $(VENV)/installed
 	$(PY) bench/eval.py --split $(SPLIT)
 	$(MAKE) --no-print-directory eval-manuals
 eval-manuals: $(VENV)/installed
-	$(PY) bench/manuals.py --split $(SPLIT) $(if $(MANUALS),--manuals $(MANUALS))
+	$(PY) bench/manuals.py --split $(SPLIT) $(if $(MANUALS),--manuals $(MANUALS)) $(if $(CONFIGS),--configs $(CONFIGS))
 
 # Every turn's invariants under load: one process on SQLite, then two on
 # PostgreSQL and Redis when this machine runs them.

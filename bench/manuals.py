@@ -62,12 +62,19 @@ MANUALS = ROOT / "bench" / "eval" / "manuals"
 CACHE = ROOT / ".cache" / "manuals"
 MANAGE = ROOT / "manage.py"
 
+RERANK = ("KOOKEE_RERANK_MODEL", "KOOKEE_RERANK_BASE_URL", "KOOKEE_RERANK_API_KEY", "KOOKEE_RERANK_THRESHOLD")
 # name: (shown as, the settings it runs with). "default" is the settings'
-# defaults: none of these is inherited from the shell.
+# defaults: none of these is inherited from the shell. "rerank" is the
+# default set-up with the reranker the shell's KOOKEE_RERANK_* name (a
+# provider's rerank endpoint, helpcenter/rerank.py), searched on the
+# default's import: `--configs default,rerank`.
 CONFIGS = {
     "words": ("words only", {"KOOKEE_EMBEDDINGS": "off"}),
     "default": ("default", {}),
+    "rerank": ("reranked", {name: os.environ[name] for name in RERANK if os.environ.get(name)}),
 }
+# The configuration whose import another searches.
+IMPORTED_AS = {"rerank": "default"}
 CLEARED = (
     "DATABASE_URL",
     "DJANGO_SETTINGS_MODULE",
@@ -75,6 +82,9 @@ CLEARED = (
     "KOOKEE_EMBEDDINGS_MODEL",
     "KOOKEE_EMBEDDINGS_THREADS",
     "KOOKEE_EMBEDDINGS_BATCH",
+    *RERANK,
+    "KOOKEE_RERANK_CANDIDATES",
+    "KOOKEE_RERANK_TIMEOUT",
 )
 # The import command's line when the pages are read and stored (before it embeds).
 SYNCED = re.compile(r"\((\d+(?:\.\d+)?) s\)\.$")
@@ -501,7 +511,7 @@ def evaluate(
     asked = manual.asked(split)
     found: dict[str, Any] = {}
     for config in configs:
-        imported = database(manual, config, tree, cache, fresh)
+        imported = database(manual, IMPORTED_AS.get(config, config), tree, cache, fresh)
         searched = answers(config, imported["path"], asked)
         judged = verdicts(manual, tree, asked, searched["answers"])
         times = [j["ms"] for j in judged]
@@ -588,7 +598,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manuals", help="comma-separated names or .json files (default: bench/eval/manuals/*)")
     parser.add_argument("--split", default="test", choices=["test", "tune", "all"])
-    parser.add_argument("--configs", default="words,default", help="comma-separated: words, default")
+    parser.add_argument("--configs", default="words,default", help="comma-separated: words, default, rerank")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--misses", action="store_true", help="list each question not answered right")
     parser.add_argument("--save", action="store_true", help="keep the figures in bench/results/eval-manuals.json")
@@ -600,6 +610,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     names = args.manuals.split(",") if args.manuals else [p.stem for p in sorted(MANUALS.glob("*.json"))]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    if "rerank" in configs and not os.environ.get("KOOKEE_RERANK_MODEL"):
+        raise SystemExit("--configs rerank reranks with the endpoint KOOKEE_RERANK_MODEL and KOOKEE_RERANK_BASE_URL name")
     if not names or any(c not in CONFIGS for c in configs):
         raise SystemExit(f"give manuals (bench/eval/manuals/ has none?) and configurations among {', '.join(CONFIGS)}")
     report: dict[str, Any] = {}
