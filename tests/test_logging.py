@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import pytest
 from django.contrib.auth.models import Group, User
 
-from chat.engine.rounds import StreamError
+from chat.engine.provider_errors import StreamError
 from chat.roles import ensure_roles
 from tests.chat.chat_client import ChatClient
 from tests.provider import HTTPError, answer

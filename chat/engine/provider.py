@@ -9,10 +9,11 @@ milliseconds a round and most of the CPU spent per token, and the round loop
 reads dicts anyway. Every chunk that arrived in one network read is handed
 on as one batch, so a visitor gets one frame for text that came together.
 
-Provider faults become `StreamError`s with a stable code. A request refused
-before its stream starts (429, 5xx, connection failure) is retried with
-backoff: nothing of it reached the visitor, so nothing can be repeated. Once
-a stream has started it is never retried.
+Provider faults become `StreamError`s with a stable code, given by
+provider_errors.py. A request refused before its stream starts (429, 5xx,
+connection failure) is retried with backoff: nothing of it reached the
+visitor, so nothing can be repeated. Once a stream has started it is never
+retried.
 """
 
 from __future__ import annotations
@@ -29,19 +30,17 @@ import httpx2
 import openai
 from django.conf import settings
 
-from chat.engine import fastjson, sse, transport
-from chat.engine.offline import OfflineTransport
-from chat.engine.rounds import StreamError, describe
+from chat.engine import fastjson, provider_errors, sse, transport
+from chat.engine.offline_transport import OfflineTransport
+from chat.engine.provider_errors import StreamError
 from chat.ops import metrics
-from chat.vocabulary import Code
 
 logger = logging.getLogger("kookee.provider")
 
 OFFLINE_BASE_URL = "http://offline.kookee.invalid/v1"
-RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504, 529}  # and any other 5xx
 MAX_RETRY_AFTER_SECONDS = 10.0
 DRAIN_SECONDS = 1.0  # at most this long to read what follows [DONE]
-JSON: dict[str, Any] = {"headers": {"Content-Type": "application/json"}}
+JSON: openai.RequestOptions = {"headers": {"Content-Type": "application/json"}}
 CONNECTION_LIMITS = httpx2.Limits(max_connections=2000, max_keepalive_connections=2000, keepalive_expiry=30)
 # The shape of the `type` and `code` of a provider's JSON error body: their
 # own vocabulary, fit for the log. Its `message` is free text and can quote
@@ -50,7 +49,7 @@ ERROR_CODE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 # One client per event loop: its connection pool belongs to the loop that
 # opened it (daphne has one; each async test has its own).
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[tuple, openai.AsyncOpenAI]]
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[tuple[Any, ...], openai.AsyncOpenAI]]
 _clients = weakref.WeakKeyDictionary()
 
 
@@ -96,12 +95,12 @@ async def open_stream(
                 )
             return Stream(response, deadline)
         except TimeoutError:
-            raise StreamError(Code.PROVIDER_TIMEOUT, "no answer before the first-token timeout") from None
+            raise provider_errors.first_token_timeout() from None
         except openai.APIError as exc:
             # Not chained to exc: a traceback would print its message, the
             # provider's body. The error's detail keeps it, for the turn.
-            error = _refusal(exc)
-            if not _retryable(exc) or attempt == settings.KOOKEE_PROVIDER_RETRIES:
+            error = provider_errors.refusal(exc)
+            if not provider_errors.retryable(exc) or attempt == settings.KOOKEE_PROVIDER_RETRIES:
                 raise error from None
             delay = _backoff(exc, attempt)
             if loop.time() + delay >= deadline:
@@ -114,8 +113,9 @@ async def open_stream(
 def _limit_parameter() -> str:
     # OpenAI's newer models only take max_completion_tokens; many compatible
     # servers only know max_tokens. "auto" guesses from the base URL.
-    if settings.KOOKEE_MAX_TOKENS_PARAMETER != "auto":
-        return settings.KOOKEE_MAX_TOKENS_PARAMETER
+    parameter: str = settings.KOOKEE_MAX_TOKENS_PARAMETER
+    if parameter != "auto":
+        return parameter
     return "max_tokens" if settings.OPENAI_BASE_URL else "max_completion_tokens"
 
 
@@ -169,17 +169,12 @@ class Stream:
         first = self._deadline is not None
         deadline = self._deadline or asyncio.get_running_loop().time() + settings.KOOKEE_PROVIDER_STALL_TIMEOUT
         try:
-            async with asyncio.timeout_at(deadline):
-                return await anext(self._bytes)
+            with provider_errors.reading(first):
+                async with asyncio.timeout_at(deadline):
+                    return await anext(self._bytes)
         except StopAsyncIteration:
             self._done = True
             return b""
-        except TimeoutError:
-            if first:
-                raise StreamError(Code.PROVIDER_TIMEOUT, "no answer before the first-token timeout") from None
-            raise StreamError(Code.PROVIDER_STALLED, "the stream stalled between two chunks") from None
-        except (httpx2.HTTPError, openai.APIError) as exc:
-            raise StreamError(Code.PROVIDER_ERROR, describe(exc)) from None
 
     def _decode(self, data: bytes) -> list[Any]:
         """The chunks in these bytes. A fault among them is raised once the
@@ -189,7 +184,7 @@ class Stream:
             try:
                 events = self._events.feed(data)
             except UnicodeDecodeError as exc:
-                raise StreamError(Code.BAD_STREAM, f"the stream is not UTF-8: {exc}") from None
+                raise provider_errors.not_utf8(exc) from None
             for event in events:
                 if event.startswith("[DONE]"):
                     # Anything after it is ignored; the response is closed on exit.
@@ -203,32 +198,6 @@ class Stream:
         return chunks
 
 
-def _refusal(exc: openai.APIError) -> StreamError:
-    """The error for a request that failed before its stream started: the
-    provider generated nothing, so nothing is billed for it."""
-    detail = describe(exc)
-    if isinstance(exc, openai.APITimeoutError):
-        return StreamError(Code.PROVIDER_TIMEOUT, detail, billable=False)
-    if isinstance(exc, openai.APIConnectionError):
-        return StreamError(Code.PROVIDER_UNREACHABLE, detail, billable=False)
-    status = getattr(exc, "status_code", None)
-    if status == 429:
-        return StreamError(Code.PROVIDER_RATE_LIMITED, detail, billable=False)
-    if _retryable_status(status):
-        return StreamError(Code.PROVIDER_UNAVAILABLE, detail, billable=False)
-    return StreamError(Code.PROVIDER_REJECTED, detail, billable=False)
-
-
-def _retryable(exc: openai.APIError) -> bool:
-    if isinstance(exc, openai.APIConnectionError):
-        return True
-    return _retryable_status(getattr(exc, "status_code", None))
-
-
-def _retryable_status(status: object) -> bool:
-    return status in RETRYABLE_STATUSES or (isinstance(status, int) and status >= 500)
-
-
 def _backoff(exc: openai.APIError, attempt: int) -> float:
     response = getattr(exc, "response", None)
     retry_after = response.headers.get("retry-after") if response is not None else None
@@ -237,7 +206,8 @@ def _backoff(exc: openai.APIError, attempt: int) -> float:
             return min(max(float(retry_after), 0.0), MAX_RETRY_AFTER_SECONDS)
     except ValueError:
         pass  # an HTTP date: fall back on our own backoff
-    return settings.KOOKEE_PROVIDER_BACKOFF_SECONDS * 2**attempt
+    backoff: float = settings.KOOKEE_PROVIDER_BACKOFF_SECONDS
+    return backoff * 2.0**attempt
 
 
 def _loggable(exc: openai.APIError, error: StreamError) -> str:
@@ -273,7 +243,7 @@ def _client() -> openai.AsyncOpenAI:
     return client
 
 
-def _config() -> tuple:
+def _config() -> tuple[Any, ...]:
     return (
         settings.OPENAI_API_KEY,
         settings.OPENAI_BASE_URL,

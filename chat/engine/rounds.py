@@ -10,41 +10,36 @@ the caller hands it a function that opens a stream, the tools, and a sink
 that receives what the visitor should see and what should be recorded.
 Provider streams differ (usage on every chunk or on none, finish_reason on
 its own chunk, fragments without index...); every reader here is lenient.
+The tool calls are rebuilt by assembler.py, a round's tokens counted by
+usage.py, and a provider's fault given its code by provider_errors.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from billing.tokens import CHARS_PER_TOKEN, Sample
+from billing.tokens import Sample
+from chat.engine import provider_errors, sse
+from chat.engine.assembler import ToolCallAssembler, ToolRequest
+from chat.engine.provider_errors import StreamError, describe
+from chat.engine.usage import (
+    Ratios,
+    Usage,
+    calibration_sample,
+    estimate_usage,
+    message_chars,
+    prompt_tokens,
+    spec_chars,
+)
 from chat.text import storable
 from chat.vocabulary import Code, Status, ToolStatus
 
 PARAGRAPH_BREAK = "\n\n"
-# A round cut short is estimated from its characters (billing/tokens.py).
-# Providers also bill each message's framing (role, separators) and the tool
-# definitions, which they render into the prompt.
-TOKENS_PER_MESSAGE = 3
-TOKENS_PER_PROMPT = 3  # the reply's priming ("<|start|>assistant")
-
-
-class StreamError(Exception):
-    """A provider fault with a stable code. `billable` is false when the
-    request was refused before the provider generated anything."""
-
-    def __init__(self, code: str, detail: str, billable: bool = True) -> None:
-        # Only the code in its message: a logged traceback must not print the
-        # detail, the provider's words, which can quote the visitor's.
-        super().__init__(code)
-        self.code = code
-        self.detail = detail
-        self.billable = billable
 
 
 class EndTurn(Exception):
@@ -75,44 +70,11 @@ class Tool:
 
 
 @dataclass
-class ToolRequest:
-    """A tool call the model asked for, assembled from its fragments; its
-    result or error once it ran. (Stored as chat.models.ToolCall.)"""
-
-    call_id: str
-    name: str = ""
-    arguments: str = ""
-    # Fields a provider attaches to a call and expects back with it (Gemini's
-    # thought signatures in "extra_content", for one).
-    extra: dict[str, Any] = field(default_factory=dict)
-    result: Any = None
-    error: str = ""
-
-
-@dataclass(frozen=True)
-class Ratios:
-    """Characters per token of a model's prompts and of its output."""
-
-    input: float = CHARS_PER_TOKEN
-    output: float = CHARS_PER_TOKEN
-
-
-@dataclass
-class Usage:
-    input_tokens: int
-    output_tokens: int
-    estimated: bool
-    # Parts of the two above, as the provider reported them (0 when not).
-    cached_input_tokens: int = 0
-    reasoning_tokens: int = 0
-
-
-@dataclass
 class Round:
     number: int
     prompt_chars: int  # what the provider tokenizes: message texts, tool definitions
     prompt_messages: int = 0
-    ratios: Ratios = Ratios()  # the estimate's, for what the provider does not report
+    ratios: Ratios = field(default_factory=Ratios)  # the estimate's, for what the provider does not report
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     first_delta_at: datetime | None = None
     ended_at: datetime | None = None
@@ -132,30 +94,14 @@ class Round:
         """The provider's figures; an estimate for any part it did not report."""
         if self.refused and self.reported_usage is None:
             return Usage(0, 0, False)
-        reported = _read_usage(self.reported_usage)
-        input_tokens, output_tokens = reported.input_tokens, reported.output_tokens
-        estimated_input = math.ceil(self.prompt_chars / self.ratios.input) + self.framing_tokens
-        estimated_output = math.ceil(self.output_chars / self.ratios.output)
-        if not self.finish_reason:
-            # Cut short: whatever was reported was a running total at best.
-            input_tokens = estimated_input if input_tokens is None else input_tokens
-            output_tokens = max(output_tokens or 0, estimated_output)
-            estimated = True
-        else:
-            estimated = input_tokens is None or output_tokens is None
-            input_tokens = estimated_input if input_tokens is None else input_tokens
-            output_tokens = estimated_output if output_tokens is None else output_tokens
-        return Usage(
-            input_tokens,
-            output_tokens,
-            estimated,
-            cached_input_tokens=min(reported.cached, input_tokens),
-            reasoning_tokens=min(reported.reasoning, output_tokens),
+        return estimate_usage(
+            self.reported_usage,
+            finished=bool(self.finish_reason),
+            prompt_chars=self.prompt_chars,
+            prompt_messages=self.prompt_messages,
+            output_chars=self.output_chars,
+            ratios=self.ratios,
         )
-
-    @property
-    def framing_tokens(self) -> int:
-        return _framing(self.prompt_messages)
 
     @property
     def shown_chars(self) -> int:
@@ -170,56 +116,15 @@ class Round:
     def sample(self) -> Sample | None:
         """This round's calibration sample: only a whole round with reported
         usage is one."""
-        reported = _read_usage(self.reported_usage)
-        if not self.finish_reason or reported.input_tokens is None or reported.output_tokens is None:
+        if not self.finish_reason:
             return None
-        output_chars, output_tokens = self.output_chars, reported.output_tokens
-        if reported.reasoning:
-            # Learnt from the text and tool calls alone: the reasoning counted
-            # may never have been streamed (OpenAI's o-series), or only as a
-            # summary far shorter than what was billed.
-            output_chars, output_tokens = self.shown_chars, output_tokens - reported.reasoning
-        return Sample(
+        return calibration_sample(
+            self.reported_usage,
             prompt_chars=self.prompt_chars,
-            prompt_tokens=reported.input_tokens - self.framing_tokens,
-            output_chars=output_chars,
-            output_tokens=output_tokens,
+            prompt_messages=self.prompt_messages,
+            output_chars=self.output_chars,
+            shown_chars=self.shown_chars,
         )
-
-
-@dataclass(frozen=True)
-class _Reported:
-    input_tokens: int | None
-    output_tokens: int | None
-    cached: int
-    reasoning: int
-
-
-def _read_usage(usage: Any) -> _Reported:
-    """A provider's usage object, in Chat Completions terms: the input with
-    its cached part, the output with its reasoning part."""
-    input_tokens = _token_count(usage, "prompt_tokens")
-    if input_tokens is None:
-        # Anthropic's shape: its input_tokens leave out what the cache served
-        # or stored, which are billed input all the same.
-        input_tokens = _token_count(usage, "input_tokens")
-        if input_tokens is not None:
-            for name in ("cache_read_input_tokens", "cache_creation_input_tokens"):
-                input_tokens += _token_count(usage, name) or 0
-    output_tokens = _token_count(usage, "completion_tokens")
-    if output_tokens is None:
-        output_tokens = _token_count(usage, "output_tokens")
-    reasoning = _reasoning_tokens(usage)
-    total = _token_count(usage, "total_tokens")
-    if (
-        reasoning
-        and input_tokens is not None
-        and output_tokens is not None
-        and total == input_tokens + output_tokens + reasoning
-    ):
-        # Reasoning counted beside the output, not in it (xAI): billed output.
-        output_tokens += reasoning
-    return _Reported(input_tokens, output_tokens, _cached_tokens(usage), reasoning)
 
 
 @dataclass
@@ -239,92 +144,7 @@ class Sink(Protocol):
     async def round_ended(self, round: Round, next_prompt_tokens: int) -> None: ...
 
 
-def spec_chars(tools: Sequence[Tool]) -> int:
-    """The characters of the tool definitions, which are part of every prompt."""
-    return len(json.dumps([tool.spec() for tool in tools], separators=(",", ":"))) if tools else 0
-
-
-def prompt_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int, ratios: Ratios) -> int:
-    """What a provider will count for a prompt, estimated as a round that
-    was cut short is: its characters at the model's ratio, and the framing."""
-    return math.ceil((tool_chars + sum(map(_message_chars, messages))) / ratios.input) + _framing(len(messages))
-
-
-def _framing(messages: int) -> int:
-    return TOKENS_PER_MESSAGE * messages + TOKENS_PER_PROMPT if messages else 0
-
-
 OpenStream = Callable[..., Awaitable[Any]]
-
-
-class ToolCallAssembler:
-    """Rebuilds tool calls from streamed fragments.
-
-    Fragments are keyed by `index`; `id` and `name` are taken from the first
-    fragment that carries them and never concatenated; `arguments` are. Some
-    providers omit `index` (fall back on the id), reuse an index for a call
-    with another id (a new call), or send empty strings for absent fields.
-    """
-
-    def __init__(self) -> None:
-        self.calls: list[ToolRequest] = []
-        self._by_index: dict[Any, ToolRequest] = {}
-
-    def add(self, fragment: Any) -> None:
-        call_id = _field(fragment, "id") or ""
-        function = _field(fragment, "function")
-        name = _field(function, "name") or ""
-        arguments = _field(function, "arguments")
-        call = self._call_for(_field(fragment, "index"), call_id, name, arguments)
-        if call_id and not call.call_id:
-            call.call_id = call_id
-        if name and not call.name:
-            call.name = name
-        for key, value in _extra_fields(fragment).items():
-            call.extra.setdefault(key, value)
-        if isinstance(arguments, str):
-            call.arguments += arguments
-        elif arguments is not None:
-            # A few servers send the arguments as an object, whole.
-            call.arguments = json.dumps(arguments)
-
-    def _call_for(self, index: Any, call_id: str, name: str, arguments: Any) -> ToolRequest:
-        if index is None:
-            return self._call_by_id(call_id, name, arguments)
-        call = self._by_index.get(index)
-        if (
-            call is None
-            or (call_id and call.call_id and call.call_id != call_id)
-            or (not call_id and _starts_another(call, name, arguments))
-        ):
-            call = self._new_call()
-            self._by_index[index] = call
-        return call
-
-    def _call_by_id(self, call_id: str, name: str, arguments: Any) -> ToolRequest:
-        for call in self.calls:
-            if call_id and call.call_id == call_id:
-                return call
-        if not call_id and self.calls and not _starts_another(self.calls[-1], name, arguments):
-            return self.calls[-1]  # a continuation of the latest call
-        return self._new_call()
-
-    def _new_call(self) -> ToolRequest:
-        call = ToolRequest(call_id="")
-        self.calls.append(call)
-        return call
-
-
-def _starts_another(latest: ToolRequest, name: str, arguments: Any) -> bool:
-    """A named fragment with arguments but no id of its own, after a call
-    that is already complete, is a new call (whole calls, one per chunk)."""
-    if not name or not arguments or not latest.name:
-        return False
-    try:
-        json.loads(latest.arguments)
-    except ValueError:
-        return False
-    return True
 
 
 class RoundLoop:
@@ -360,7 +180,7 @@ class RoundLoop:
             last = number == self.max_rounds
             rnd = Round(
                 number=number,
-                prompt_chars=self.spec_chars + sum(map(_message_chars, messages)),
+                prompt_chars=self.spec_chars + sum(map(message_chars, messages)),
                 prompt_messages=len(messages),
                 ratios=self.ratios(),
             )
@@ -397,7 +217,7 @@ class RoundLoop:
         if outcome is not None:
             return [], outcome
         if not rnd.finish_reason:
-            return [], Outcome(Status.FAILED, Code.INCOMPLETE_STREAM, "the stream ended without finish_reason")
+            return [], _failure(provider_errors.incomplete())
         if rnd.finish_reason == "length":
             return [], Outcome(Status.TRUNCATED)
         # Decide from the fragments: some providers say "stop" after tool calls.
@@ -417,8 +237,9 @@ class RoundLoop:
                 tool_choice="none" if last else "auto",
             )
         except Exception as exc:
-            rnd.refused = isinstance(exc, StreamError) and not exc.billable
-            return _failure(exc)
+            fault = provider_errors.fault(exc)
+            rnd.refused = not fault.billable
+            return _failure(fault)
         # `async with` closes the provider's response on every exit,
         # cancellation included; leaving the loop alone does not.
         async with stream:
@@ -430,7 +251,7 @@ class RoundLoop:
                     return None
                 except Exception as exc:
                     # After finish_reason the round is whole; only its tail broke.
-                    return None if rnd.finish_reason else _failure(exc)
+                    return None if rnd.finish_reason else _failure(provider_errors.fault(exc))
                 # The chunks that arrived together go on as one delta: the
                 # visitor sees the same text, sooner, in fewer frames.
                 text = "".join([self._take_chunk(rnd, chunk, assembler) for chunk in batch])
@@ -440,25 +261,25 @@ class RoundLoop:
     def _take_chunk(self, rnd: Round, chunk: Any, assembler: ToolCallAssembler) -> str:
         """Reads usage, finish_reason, text and tool-call fragments from a chunk."""
         # Groq has sent usage under "x_groq" rather than at the top level.
-        usage = _field(chunk, "usage") or _field(_field(chunk, "x_groq"), "usage")
+        usage = sse.field(chunk, "usage") or sse.field(sse.field(chunk, "x_groq"), "usage")
         if usage is not None:
             rnd.reported_usage = usage  # cumulative where repeated: keep the last
         text = ""
-        for choice in _field(chunk, "choices") or []:
-            if _field(choice, "index") not in (0, None):
+        for choice in sse.field(chunk, "choices") or []:
+            if sse.field(choice, "index") not in (0, None):
                 continue  # only one answer was asked for
-            finish_reason = _field(choice, "finish_reason")
+            finish_reason = sse.field(choice, "finish_reason")
             if finish_reason:
                 rnd.finish_reason = str(finish_reason)
-            delta = _field(choice, "delta")
-            content = _field(delta, "content")
+            delta = sse.field(choice, "delta")
+            content = sse.field(delta, "content")
             if isinstance(content, str):
                 text += content
             for name in ("reasoning_content", "reasoning"):
-                reasoning = _field(delta, name)
+                reasoning = sse.field(delta, name)
                 if isinstance(reasoning, str):
                     rnd.reasoning_chars += len(reasoning)
-            fragments = _field(delta, "tool_calls") or []
+            fragments = sse.field(delta, "tool_calls") or []
             for fragment in fragments:
                 assembler.add(fragment)
             if (content or fragments) and rnd.first_delta_at is None:
@@ -568,94 +389,8 @@ def _json_or_empty(arguments: str) -> str:
     return arguments
 
 
-def _failure(exc: Exception) -> Outcome:
-    if isinstance(exc, StreamError):
-        return Outcome(Status.FAILED, exc.code, exc.detail)
-    return Outcome(Status.FAILED, _error_code(exc), describe(exc))
-
-
-KNOWN_CALL_FIELDS = frozenset({"index", "id", "type", "function"})
-
-
-def _extra_fields(fragment: Any) -> dict[str, Any]:
-    if isinstance(fragment, Mapping):
-        extra = {k: v for k, v in fragment.items() if k not in KNOWN_CALL_FIELDS}
-    else:
-        extra = dict(getattr(fragment, "model_extra", None) or {})
-    return {k: v for k, v in extra.items() if v is not None}
-
-
-def _field(obj: Any, name: str) -> Any:
-    """Reads a field from a parsed chunk part, tolerating absent or null parts."""
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    value = getattr(obj, name, None)
-    if value is None:
-        extra = getattr(obj, "model_extra", None) or {}
-        value = extra.get(name)
-    return value
-
-
-def _token_count(usage: Any, name: str) -> int | None:
-    value = _field(usage, name)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _cached_tokens(usage: Any) -> int:
-    """Prompt tokens served from the provider's cache, under any of the names
-    providers use (OpenAI and most compatible servers, DeepSeek, Moonshot,
-    Anthropic-style)."""
-    for parent, name in (
-        ("prompt_tokens_details", "cached_tokens"),
-        ("input_tokens_details", "cached_tokens"),
-        (None, "prompt_cache_hit_tokens"),
-        (None, "cache_read_input_tokens"),
-        (None, "cached_tokens"),
-    ):
-        value = _token_count(_field(usage, parent) if parent else usage, name)
-        if value:
-            return value
-    return 0
-
-
-def _reasoning_tokens(usage: Any) -> int:
-    """Output tokens the model spent reasoning (included in completion_tokens)."""
-    for parent in ("completion_tokens_details", "output_tokens_details", None):
-        value = _token_count(_field(usage, parent) if parent else usage, "reasoning_tokens")
-        if value:
-            return value
-    return 0
-
-
-def _message_chars(message: Mapping[str, Any]) -> int:
-    """The characters of a message that a tokenizer reads: its text, name and
-    tool calls, not its JSON punctuation."""
-    content = message.get("content")
-    if isinstance(content, str):
-        chars = len(content)
-    elif isinstance(content, list):
-        chars = sum(len(part.get("text") or "") for part in content if isinstance(part, Mapping))
-    else:
-        chars = 0
-    chars += len(message.get("name") or "")
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        chars += len(function.get("name") or "") + len(function.get("arguments") or "")
-    return chars
-
-
-def _error_code(exc: Exception) -> str:
-    if isinstance(exc, ValueError):  # a chunk that is not JSON
-        return Code.BAD_STREAM
-    return Code.PROVIDER_ERROR
-
-
-def describe(exc: BaseException) -> str:
-    """An exception in a line, for a stored error or a tool result: its type
-    and message, cut short."""
-    return f"{type(exc).__name__}: {exc}"[:200]
+def _failure(fault: StreamError) -> Outcome:
+    return Outcome(Status.FAILED, fault.code, fault.detail)
 
 
 def _now() -> datetime:

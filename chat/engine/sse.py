@@ -1,15 +1,14 @@
 """The provider's stream, decoded: server-sent events from bytes, and Chat
-Completions chunks from their data. Apart from the client that reads the
-bytes (chat/engine/provider.py), and Django-free."""
+Completions chunks from their data, whose fields `field` reads leniently.
+Apart from the client that reads the bytes (chat/engine/provider.py), and
+Django-free."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from chat.engine import fastjson
-from chat.engine.rounds import StreamError
-from chat.vocabulary import Code
+from chat.engine import fastjson, provider_errors
 
 
 def chunk(event: str) -> Any:
@@ -18,13 +17,23 @@ def chunk(event: str) -> Any:
     try:
         chunk = fastjson.loads(event)
     except (ValueError, RecursionError) as exc:
-        raise StreamError(Code.BAD_STREAM, f"a chunk is not JSON: {exc}") from None
+        raise provider_errors.not_json(exc) from None
     if isinstance(chunk, Mapping) and chunk.get("error"):
-        # An error object in the stream, as OpenAI sends mid-stream.
-        error = chunk["error"]
-        message = error.get("message") if isinstance(error, Mapping) else None
-        raise StreamError(Code.PROVIDER_ERROR, str(message or "an error occurred during streaming")[:200])
+        raise provider_errors.error_event(chunk["error"])
     return chunk
+
+
+def field(obj: Any, name: str) -> Any:
+    """Reads a field from a parsed chunk part, tolerating absent or null parts."""
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "model_extra", None) or {}
+        value = extra.get(name)
+    return value
 
 
 BOM = b"\xef\xbb\xbf"

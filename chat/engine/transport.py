@@ -33,9 +33,9 @@ class _Protocol(asyncio.Protocol):
         self.buffer = bytearray()
         self.closed = False
         self.error: BaseException | None = None
-        self.reader: asyncio.Future | None = None
+        self.reader: asyncio.Future[None] | None = None
         self.paused = False
-        self.writer: asyncio.Future | None = None
+        self.writer: asyncio.Future[None] | None = None
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -60,7 +60,7 @@ class _Protocol(asyncio.Protocol):
         _wake(self.writer)
 
 
-def _wake(future: asyncio.Future | None) -> None:
+def _wake(future: asyncio.Future[None] | None) -> None:
     if future is not None and not future.done():
         future.set_result(None)
 
@@ -127,6 +127,10 @@ class _Stream(AsyncNetworkStream):
         except (OSError, ssl.SSLError) as exc:
             self._transport.close()
             raise httpcore2.ConnectError(str(exc)) from None
+        if transport is None:
+            # asyncio has no transport to return when the connection was lost
+            # as the handshake ended.
+            raise httpcore2.ConnectError("the connection closed during the TLS handshake")
         return _Stream(transport, self._protocol)
 
     def get_extra_info(self, info: str) -> Any:
@@ -146,7 +150,7 @@ class AsyncioBackend(AsyncNetworkBackend):
         port: int,
         timeout: float | None = None,
         local_address: str | None = None,
-        socket_options: Iterable[tuple] | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> AsyncNetworkStream:
         loop = asyncio.get_running_loop()
         try:

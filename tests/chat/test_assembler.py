@@ -6,7 +6,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chat.engine.rounds import ToolCallAssembler
+from chat.engine.assembler import ToolCallAssembler
 
 arguments = st.dictionaries(
     st.text(min_size=1, max_size=8), st.one_of(st.text(max_size=20), st.integers(), st.booleans()), max_size=4

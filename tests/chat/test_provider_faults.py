@@ -9,6 +9,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from billing.models import LedgerEntry
+from chat.engine import provider as provider_module
 from tests.chat.chat_client import ChatClient
 from tests.provider import HTTPError, Pause, WaitFor, answer, chunk, finish, text, usage
 
@@ -23,6 +24,24 @@ def fast_faults(settings):
     settings.KOOKEE_PROVIDER_RETRIES = 2
     settings.KOOKEE_PROVIDER_BACKOFF_SECONDS = 0.01
     return settings
+
+
+@pytest.fixture
+def kept_streams(monkeypatch):
+    """Every stream the turns open, kept: a stream the round let go of
+    unclosed would be closed by the garbage collector, as its task ends.
+    Kept, a round that ends between two reads is hung up by its own close
+    alone (a read it interrupts, a timeout's, httpx2 closes itself)."""
+    streams = []
+    open_stream = provider_module.open_stream
+
+    async def opening(**request):
+        stream = await open_stream(**request)
+        streams.append(stream)
+        return stream
+
+    monkeypatch.setattr(provider_module, "open_stream", opening)
+    return streams
 
 
 @pytest.fixture
@@ -71,7 +90,7 @@ async def test_dns_failure(chat, use_provider, settings):
     await still_works(chat, use_provider)
 
 
-async def test_timeout_before_the_first_token(chat, use_provider, fast_faults):
+async def test_timeout_before_the_first_token(chat, use_provider, fast_faults, kept_streams):
     fast_faults.KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT = 0.3
     use_provider.queue([WaitFor(asyncio.Event()), text("too late"), finish("stop")])
     turn_id, ended = await failed_turn(chat, "provider_timeout")
@@ -81,7 +100,7 @@ async def test_timeout_before_the_first_token(chat, use_provider, fast_faults):
     await still_works(chat, use_provider)
 
 
-async def test_stall_between_chunks(chat, use_provider, fast_faults):
+async def test_stall_between_chunks(chat, use_provider, fast_faults, kept_streams):
     fast_faults.KOOKEE_PROVIDER_STALL_TIMEOUT = 0.3
     use_provider.queue([text("Half of"), text(" it"), WaitFor(asyncio.Event()), text(" never")])
     turn_id, ended = await failed_turn(chat, "provider_stalled")
@@ -155,6 +174,16 @@ async def test_error_event_mid_stream_is_never_retried(chat, use_provider):
     assert ended["usage"]["estimated"] is True
     assert len(use_provider.requests) == 1
     use_provider.scripts.clear()
+    await still_works(chat, use_provider)
+
+
+async def test_a_fault_mid_stream_hangs_up(chat, use_provider, kept_streams):
+    # The provider holds its end open after the error: only the round's close ends the request.
+    use_provider.queue([text("Partial"), {"error": {"message": "upstream overloaded"}}, WaitFor(asyncio.Event())])
+    turn_id, _ = await failed_turn(chat, "provider_error")
+    assert chat.text_of(turn_id) == "Partial"
+    await asyncio.wait_for(use_provider.requests[0].hung_up.wait(), 2)
+    assert use_provider.requests[0].hung_up_early
     await still_works(chat, use_provider)
 
 

@@ -8,8 +8,13 @@ import asyncio
 import json
 
 import pytest
+from channels.db import database_sync_to_async
 
-from chat.engine.rounds import EndTurn, Ratios, Round, RoundLoop, Tool, Usage
+from chat.engine import hub
+from chat.engine.rounds import EndTurn, Round, RoundLoop, Tool
+from chat.engine.usage import Ratios, Usage
+from chat.models import Turn
+from tests.chat.chat_client import ChatClient
 from tests.provider import (
     CHUNK_BASE,
     DONE,
@@ -91,6 +96,23 @@ async def stop_after_first_text(open_stream):
 
 def tool_messages(request_body):
     return [m for m in request_body["messages"] if m["role"] == "tool"]
+
+
+@pytest.fixture
+def kept_streams(open_stream):
+    """Opens streams as open_stream does, and keeps each one: a stream the
+    loop let go of unclosed would be closed by the garbage collector, as
+    its task ends. Kept, a round that ends between two reads is hung up by
+    its own close alone (a read it interrupts, httpx2 closes itself)."""
+    streams = []
+
+    async def opening(**request):
+        stream = await open_stream(**request)
+        streams.append(stream)
+        return stream
+
+    opening.streams = streams
+    return opening
 
 
 # --- plain answers and usage --------------------------------------------------------------
@@ -723,10 +745,10 @@ async def test_a_model_that_keeps_calling_tools_fails_at_the_cap(provider, open_
 # --- closing the provider request ---------------------------------------------------------
 
 
-async def test_cancelling_mid_stream_closes_the_provider_request(provider, open_stream):
+async def test_cancelling_mid_stream_closes_the_provider_request(provider, kept_streams):
     release = asyncio.Event()
     provider.queue([text("Streaming"), WaitFor(release), finish("stop"), DONE])
-    loop, _ = await stop_after_first_text(open_stream)
+    loop, _ = await stop_after_first_text(kept_streams)
     request = await provider.wait_for_request(1)
     async with asyncio.timeout(5):
         await request.hung_up.wait()
@@ -736,7 +758,7 @@ async def test_cancelling_mid_stream_closes_the_provider_request(provider, open_
     assert loop.rounds[0].usage.estimated is True
 
 
-async def test_cancelling_while_the_sink_is_busy_still_closes_the_request(provider, open_stream):
+async def test_cancelling_while_the_sink_is_busy_still_closes_the_request(provider, kept_streams):
     """A cancel that lands outside the stream read (here, in the sink) must
     close the response too: leaving `async for` alone would not."""
     provider.queue([text("a"), text("b"), WaitFor(asyncio.Event()), finish("stop"), DONE])
@@ -748,7 +770,7 @@ async def test_cancelling_while_the_sink_is_busy_still_closes_the_request(provid
             in_sink.set()
             await asyncio.Event().wait()
 
-    loop = RoundLoop(open_stream, [], SlowSink(), 5)
+    loop = RoundLoop(kept_streams, [], SlowSink(), 5)
     task = asyncio.create_task(loop.run(MESSAGES))
     request = await provider.wait_for_request(1)
     async with asyncio.timeout(5):
@@ -759,6 +781,80 @@ async def test_cancelling_while_the_sink_is_busy_still_closes_the_request(provid
     async with asyncio.timeout(5):
         await request.hung_up.wait()
     assert request.hung_up_early
+
+
+async def test_a_stall_closes_the_provider_request(provider, kept_streams, settings):
+    settings.KOOKEE_PROVIDER_STALL_TIMEOUT = 0.2
+    provider.queue([text("Half of it"), WaitFor(asyncio.Event())])
+    outcome, loop, _, _ = await run(kept_streams)
+    assert (outcome.status, outcome.error) == ("failed", "provider_stalled")
+    assert loop.text == "Half of it"
+    request = await provider.wait_for_request(1)
+    async with asyncio.timeout(5):
+        await request.hung_up.wait()
+    assert request.hung_up_early
+
+
+async def test_a_fault_mid_stream_closes_the_provider_request(provider, kept_streams):
+    # The provider holds its end open after the error: only our close ends the request.
+    provider.queue([text("Partial"), {"error": {"message": "overloaded"}}, WaitFor(asyncio.Event())])
+    outcome, loop, _, _ = await run(kept_streams)
+    assert (outcome.status, outcome.error) == ("failed", "provider_error")
+    assert loop.text == "Partial"
+    request = await provider.wait_for_request(1)
+    async with asyncio.timeout(5):
+        await request.hung_up.wait()
+    assert request.hung_up_early
+
+
+# --- text whose send fails ----------------------------------------------------------------
+
+
+async def test_text_whose_send_fails_is_taken_back(provider, open_stream):
+    """The visitor never got it: the loop raises, and its text (what the
+    caller stores) holds only what was sent."""
+
+    class FailingSink(Sink):
+        async def delta(self, text):
+            if self.deltas:
+                raise ConnectionError("the visitor is gone")
+            await super().delta(text)
+
+    sink = FailingSink()
+    provider.queue([text("Sent."), WaitFor(sink.got_text), text(" Never sent."), finish("stop"), DONE])
+    loop = RoundLoop(open_stream, [], sink, 5)
+    with pytest.raises(ConnectionError):
+        await loop.run(MESSAGES)
+    assert loop.text == sink.text == "Sent."
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_turn_stores_none_of_the_text_whose_send_failed(use_provider, monkeypatch):
+    """The same, end to end: the stored answer is what the tabs were sent.
+    No tab can fail a send (the hub delivers to each quietly), so the hub's
+    publish, the one door to the visitor, is made to fail for one delta."""
+    publish = hub.Hub.publish
+
+    async def publish_but_fail(self, broadcast, frame):
+        if frame["type"] == "delta" and "Never sent" in frame["text"]:
+            raise RuntimeError("the delta could not be published")
+        await publish(self, broadcast, frame)
+
+    monkeypatch.setattr(hub.Hub, "publish", publish_but_fail)
+    more = asyncio.Event()
+    use_provider.queue([text("Sent."), WaitFor(more), text(" Never sent."), finish("stop"), DONE])
+    chat = await ChatClient.connect()
+    try:
+        turn_id = await chat.ask("hi")
+        await chat.receive_until("delta", turn_id=turn_id)
+        more.set()
+        assert (await chat.receive_until("error", turn_id=turn_id))["code"] == "server_error"
+        ended = await chat.finish(turn_id)  # checks that the stored text is the deltas sent
+    finally:
+        await chat.close()
+    assert ended["status"] == "failed"
+    turn = await database_sync_to_async(Turn.objects.get)(pk=turn_id)
+    assert turn.assistant_text == chat.text_of(turn_id) == "Sent."
 
 
 # --- regressions from review: whitespace, odd characters, broken tails --------------------

@@ -10,8 +10,8 @@ from channels.db import database_sync_to_async
 from django.core.management import call_command
 
 from chat.engine import history, turns
+from chat.engine.assembler import ToolRequest as ToolCall
 from chat.engine.rounds import Tool
-from chat.engine.rounds import ToolRequest as ToolCall
 from chat.models import ToolCall as StoredToolCall
 from chat.models import Turn
 from chat.sources import search_results, used_articles

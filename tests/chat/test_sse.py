@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chat.engine import provider as provider_module
-from chat.engine.rounds import RoundLoop, StreamError, Tool
+from chat.engine.provider_errors import StreamError
+from chat.engine.rounds import RoundLoop, Tool
 from chat.engine.sse import EventParser
 from tests.chat.test_rounds import Sink
 from tests.provider import (
