@@ -24,6 +24,11 @@ class ChatConfig(AppConfig):
         search.embedded.connect(_bill_indexing, dispatch_uid="chat.bill_indexing")
         # So are the help pages' searches, when a provider embeds or reranks them.
         search.searched.connect(_bill_searches, dispatch_uid="chat.bill_searches")
+        # Support's replies and request changes reach the visitor's tabs, from
+        # whichever process makes them (the admin, the API, a command).
+        from chat.support import replies
+
+        replies.news_for_visitor.connect(_show_support_news, dispatch_uid="chat.show_support_news")
         checks.register(_email_is_configured, checks.Tags.compatibility, deploy=True)
         checks.register(_email_is_not_printed, checks.Tags.security, deploy=True)
 
@@ -40,6 +45,13 @@ def _bill_indexing(model: str, tokens: int, passages: int, **kwargs) -> None:
     from billing.services import bill_embedding
 
     bill_embedding(EmbeddingEntry.Purpose.INDEXING, model, tokens, passages=passages)
+
+
+def _show_support_news(**kwargs) -> None:
+    # Imported when Support has news: a command that has none never loads the engine.
+    from chat.engine import hub_protocol
+
+    hub_protocol.show_support_news(**kwargs)
 
 
 def _bill_searches(spent: list, **kwargs) -> None:

@@ -27,9 +27,11 @@ import asyncio
 import functools
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from asgiref.typing import ASGISendCallable, ASGISendEvent, WebSocketCloseEvent
 
 logger = logging.getLogger("kookee.backpressure")
 
@@ -40,7 +42,7 @@ CLOSE_BACKLOG = 4413
 # the close waits behind what the client does not read.
 ABORT_AFTER_SECONDS = 1.0
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Send = ASGISendCallable
 Unsent = Callable[[], int]
 
 
@@ -66,6 +68,12 @@ def measured(application: Any) -> Any:
         await application(scope, receive, send)
 
     return with_socket
+
+
+def server_socket(scope: Mapping[str, Any], send: Send) -> ServerSocket:
+    """A socket's ServerSocket: as `measured` found it, else read from its `send`."""
+    found = scope.get(SCOPE_KEY)
+    return found if isinstance(found, ServerSocket) else socket_of(send)
 
 
 def socket_of(send: Send) -> ServerSocket:
@@ -108,9 +116,10 @@ def _twisted_unsent(transport: Any) -> int:
     # twisted.internet.abstract.FileDescriptor: the bytes being written
     # (dataBuffer from offset) and those queued behind them.
     try:
-        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+        unsent: int = len(transport.dataBuffer) - transport.offset + transport._tempDataLen
     except AttributeError:
         return 0
+    return unsent
 
 
 class Outbox:
@@ -137,11 +146,11 @@ class Outbox:
         self.unsent = unsent
         self.abort = abort
         self.on_overflow = on_overflow
-        self.queue: deque[tuple[dict[str, Any], int]] = deque()  # messages and their sizes
+        self.queue: deque[tuple[ASGISendEvent, int]] = deque()  # messages and their sizes
         self.queued_bytes = 0
         self.overflowed = False
         self.closed = False
-        self._sender: asyncio.Task | None = None
+        self._sender: asyncio.Task[None] | None = None
         self._abort_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -149,7 +158,7 @@ class Outbox:
         """Bytes that wait for this socket: queued here, and held by the server."""
         return self.queued_bytes + (self.unsent() if self.unsent else 0)
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: ASGISendEvent) -> None:
         """The ASGI `send` the consumer uses."""
         if self.closed:
             return
@@ -199,7 +208,7 @@ class Outbox:
         self._drop()
         if self._sender is not None and not self._sender.done():
             self._sender.cancel()
-        close = {"type": "websocket.close", "code": CLOSE_BACKLOG, "reason": "Not reading."}
+        close: WebSocketCloseEvent = {"type": "websocket.close", "code": CLOSE_BACKLOG, "reason": "Not reading."}
         self.closed = True
         self.queue.append((close, 0))
         self._sender = asyncio.ensure_future(self._send_all())
@@ -210,6 +219,8 @@ class Outbox:
 
     def _abort(self) -> None:
         self._abort_timer = None
+        if self.abort is None:
+            return
         try:
             self.abort()
         except Exception:
@@ -230,10 +241,10 @@ class Outbox:
             self._abort_timer = None
 
 
-def _size(message: dict[str, Any]) -> int:
+def _size(message: ASGISendEvent) -> int:
     # Bytes, as the server counts them (about 0.1 us to encode a delta).
     text = message.get("text")
-    if text is not None:
+    if isinstance(text, str):
         return len(text.encode("utf-8", "surrogatepass"))
     data = message.get("bytes")
-    return len(data) if data is not None else 0
+    return len(data) if isinstance(data, bytes) else 0

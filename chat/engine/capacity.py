@@ -11,7 +11,7 @@ land on a process with room.
 Late means: a tick asked for every 100 ms comes more than
 KOOKEE_SATURATION_MS late (its last second's worst).
 
-Not the turns' database work running late (chat/engine/bookkeeping.py):
+Not the turns' database work running late (chat/engine/db_lane.py):
 that was a signal too, and measured worse than none. Its queue is made by
 the visitors already here, asking back to back; refusing newcomers sheds
 none of it, so at 500 visitors on one process it refused 1,310 sockets in

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from typing import Protocol
+from typing import Any, Protocol
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -28,9 +28,9 @@ class Running(Protocol):
 
 # The turns running in this process: checkpointed together, stopped together
 # (chat/engine/lifecycle.py).
-live: dict[asyncio.Task, Running] = {}
+live: dict[asyncio.Task[Any], Running] = {}
 metrics.gauge("kookee_running_turns", lambda: len(live))
-_checkpointers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
+_checkpointers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
 
 
 def start() -> None:

@@ -1,8 +1,12 @@
 """The chat WebSocket: translates frames into turns and turns into frames.
 
+A client frame of type `x` is handled by the method `frame_x`, as channels
+dispatches its messages by type (an unknown type is answered with an
+`error`); the frames it sends are built in chat/engine/frames.py.
+
 Channels dispatches one frame at a time, so each turn runs in its own task
 (chat/engine/turns.py); otherwise a `stop` frame would wait for the answer it is
-meant to stop. The socket is one tab of its conversation (chat/engine/hub.py),
+meant to stop. The socket is one tab of its conversation (chat/engine/hub/),
 which follows the conversation's turns wherever they run.
 """
 
@@ -11,26 +15,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs
 
+from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
 from django.utils import translation
-from django.utils.translation import gettext_lazy as _
+from django.utils.functional import Promise
+from django.utils.translation.trans_real import parse_accept_lang_header
 
 from chat import errors
-from chat.engine import backpressure, capacity, fastjson, history, hub, lifecycle, records, tools, turns
+from chat.engine import backpressure, capacity, client_frames, fastjson, frames, history, hub, lifecycle, records, turns
+from chat.engine.client_frames import BadFrame
 from chat.support import feedback, handoffs
-from chat.text import storable
 from chat.visitors import access, embed, limits
 from chat.visitors import identity as visitors
 from chat.visitors.identity import Visitor
 from chat.visitors.limits import FrameBudget, LimitReached
 from chat.vocabulary import Code
+
+if TYPE_CHECKING:
+    from channels.consumer import _ChannelScope
 
 logger = logging.getLogger("kookee.consumers")
 
@@ -47,6 +55,10 @@ CLOSE_TOO_MANY = 4429  # too many sockets for this visitor or network
 CLOSE_FLOOD = 4008
 CLOSE_BUSY = 4503  # this process is saturated: try again shortly (chat/engine/capacity.py)
 
+# A client frame's handler: the visitor, and the frame as it came.
+Handler = Callable[[Visitor, dict[str, Any]], Awaitable[None]]
+T = TypeVar("T")
+
 
 class ChatConsumer(AsyncWebsocketConsumer):
     # No channel per socket: the process's hub listens for all of them, so a
@@ -55,15 +67,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
     visitor: Visitor | None = None
     conversation_id: int | None = None
     idle_timer: asyncio.TimerHandle | None = None
-    joined: str | None = None  # the visitor whose turns this tab follows (chat/engine/hub.py)
+    joined: str | None = None  # the visitor whose turns this tab follows (chat/engine/hub/)
     language: str = settings.LANGUAGE_CODE  # what this tab's visitor reads (their browser's)
     replacing: int | None = None  # a full conversation, which the next message leaves for a new one
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: _ChannelScope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         self.tab_id = secrets.token_hex(4)
         # Every message to the socket goes through its outbox, which never
         # waits for the client and bounds what waits for it (chat/engine/backpressure.py).
-        server = scope[backpressure.SCOPE_KEY] if backpressure.SCOPE_KEY in scope else backpressure.socket_of(send)
+        server = backpressure.server_socket(scope, send)
         self.outbox = backpressure.Outbox(
             send,
             settings.KOOKEE_SOCKET_BACKLOG_BYTES,
@@ -71,7 +83,9 @@ class ChatConsumer(AsyncWebsocketConsumer):
             abort=server.abort,
             on_overflow=self._on_overflow,
         )
-        lifecycle.connections.add(asyncio.current_task())
+        connection = asyncio.current_task()
+        if connection is not None:
+            lifecycle.connections.add(connection)
         try:
             await super().__call__(scope, receive, self.outbox.send)
         except asyncio.CancelledError:
@@ -81,7 +95,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._await_running_turn()
             raise
         finally:
-            lifecycle.connections.discard(asyncio.current_task())
+            lifecycle.connections.discard(connection)
             self.outbox.forget()
             await self._forget_socket()
 
@@ -97,12 +111,12 @@ class ChatConsumer(AsyncWebsocketConsumer):
         if task is not None and not task.done():
             await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
 
-    async def deliver(self, frame: dict[str, Any]) -> None:
-        """A frame of the conversation's turns (from the hub)."""
+    async def deliver(self, frame: frames.Frame) -> None:
+        """A frame of the conversation's turns, or from Support (from the hub)."""
         if frame["type"] == "error":
             # Why a turn failed, said in this tab's language: every tab of
             # the conversation hears it, whoever started the turn.
-            frame = {**frame, "message": errors.message(frame["code"], self.language)}
+            frame = frames.error(frame["code"], errors.message(frame["code"], self.language), frame.get("turn_id"))
         await self.send_json(frame)
         if frame["type"] == "turn.ended":
             self._rearm_idle_timer()
@@ -152,7 +166,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
         await self._forget_socket()
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self.visitor is None or self.outbox.closed:
+        visitor = self.visitor
+        if visitor is None or self.outbox.closed:
             return  # refused, or closing: nothing it asks is answered
         self._rearm_idle_timer()
         if not self.frames.take(_size(text_data) if text_data is not None else len(bytes_data or b"")):
@@ -162,57 +177,81 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FLOOD)
             await self._forget_socket()
             return
-        with translation.override(self.language):  # its error messages
-            frame, problem = _parse(text_data, bytes_data)
-        if problem:
-            await self._error(*problem)
-        elif frame["type"] == "stop":
-            await self._stop_turn()
-        elif frame["type"] == "history":
-            await self._send_history(frame.get("before"))
-        elif frame["type"] == "feedback":
-            await self._save_feedback(frame)
-        elif frame["type"] == "handoff":
-            await self._request_handoff(frame)
-        elif frame["type"] == "forget":
-            await self._stop_turn()
-            await database_sync_to_async(access.forget_visitor)(self.visitor.hash)
-            await self.close(code=CLOSE_REFUSED, reason="Started over.")
-        elif await hub.current().busy(self.joined):
-            await self._busy()
-        else:
-            await self._start_turn(frame["text"])
+        try:
+            with translation.override(self.language):  # its error messages
+                frame = client_frames.decode(text_data)
+                handler = self._handler(frame["type"])
+        except BadFrame as bad:
+            await self._error(bad.code, bad.message)
+            return
+        await handler(visitor, frame)
 
-    async def _send_history(self, before: int | None) -> None:
+    def _handler(self, frame_type: str) -> Handler:
+        """The method for a client frame's type: `stop` -> `frame_stop`."""
+        handler: Handler | None = getattr(self, "frame_" + frame_type.replace(".", "_"), None)
+        if handler is None:
+            raise client_frames.unknown(frame_type)
+        return handler
+
+    async def _parsed(self, parse: Callable[[dict[str, Any]], T], frame: dict[str, Any]) -> T | None:
+        """The frame as `parse` (client_frames) takes it; None, the visitor
+        told why, when it is malformed."""
+        try:
+            with translation.override(self.language):  # its error messages
+                return parse(frame)
+        except BadFrame as bad:
+            await self._error(bad.code, bad.message)
+            return None
+
+    # --- one method per client frame type ----------------------------------------------
+
+    async def frame_stop(self, visitor: Visitor, frame: dict[str, Any]) -> None:
+        await self._stop_turn()
+
+    async def frame_forget(self, visitor: Visitor, frame: dict[str, Any]) -> None:
+        await self._stop_turn()
+        await database_sync_to_async(access.forget_visitor)(visitor.hash)
+        await self.close(code=CLOSE_REFUSED, reason="Started over.")
+
+    async def frame_history(self, visitor: Visitor, frame: dict[str, Any]) -> None:
+        parsed = await self._parsed(client_frames.history, frame)
+        if parsed is None:
+            return
+        before = parsed["before"]
         try:
             self.conversation_id, page = await database_sync_to_async(history.visitors_history)(
-                self.visitor.hash, self.conversation_id, before
+                visitor.hash, self.conversation_id, before
             )
         except access.Refused:
             await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
             return
-        # "before" is echoed, so the page can tell an older page from a fresh look.
-        reply = fastjson.dumps({"type": "history", **page, **({"before": before} if before else {})})
+        reply = fastjson.dumps(frames.history(page, before))
         # A few bytes ask for a page: the reply is what the frame costs.
         self.frames.charge(_size(reply))
         await self.send(text_data=reply)
 
-    async def _save_feedback(self, frame: dict[str, Any]) -> None:
-        turn_id = frame["turn_id"]
+    async def frame_feedback(self, visitor: Visitor, frame: dict[str, Any]) -> None:
+        parsed = await self._parsed(client_frames.feedback, frame)
+        if parsed is None:
+            return
+        turn_id = parsed["turn_id"]
         try:
             await database_sync_to_async(feedback.save_feedback)(
-                self.visitor.hash, turn_id, frame["rating"], frame["comment"]
+                visitor.hash, turn_id, parsed["rating"], parsed["comment"]
             )
         except feedback.NotFound:
             await self._error(Code.NOT_FOUND, turn_id=turn_id)
             return
-        await self.send_json({"type": "feedback.saved", "turn_id": turn_id})
+        await self.send_json(frames.feedback_saved(turn_id))
 
-    async def _request_handoff(self, frame: dict[str, Any]) -> None:
+    async def frame_handoff(self, visitor: Visitor, frame: dict[str, Any]) -> None:
         """The visitor's "Talk to a person" (or their email, added to it)."""
+        parsed = await self._parsed(client_frames.handoff, frame)
+        if parsed is None:
+            return
         try:
             self.conversation_id, handoff = await handoffs.request_by_visitor(
-                self.visitor, self.conversation_id, frame["reason"], frame["email"]
+                visitor, self.conversation_id, parsed["reason"], parsed["email"]
             )
         except access.Refused:
             await self.close(code=CLOSE_REFUSED, reason="Started over elsewhere.")
@@ -224,14 +263,21 @@ class ChatConsumer(AsyncWebsocketConsumer):
             logger.exception("could not take a request for a person")
             await self._error(Code.SERVER_ERROR)
             return
-        await self.send_json({"type": "handoff.saved", **handoff})
+        await self.send_json(frames.handoff_saved(handoff))
 
-    async def _start_turn(self, text: str) -> None:
+    async def frame_message(self, visitor: Visitor, frame: dict[str, Any]) -> None:
+        text = await self._parsed(client_frames.message, frame)
+        if text is None:
+            return
+        if await hub.current().busy(visitor.hash):
+            await self._busy()
+            return
         try:
-            tools.visitor_language.set(self.language)  # the turn's task starts with a copy of this context
-            self.conversation_id = await turns.start(self.visitor, self.conversation_id, text, self.replacing)
+            self.conversation_id = await turns.start(
+                visitor, self.conversation_id, text, self.replacing, language=self.language
+            )
             self.replacing = None
-        except records.Busy:
+        except records.TurnAlreadyRunning:
             await self._busy()
             return
         except turns.ShuttingDown:
@@ -286,6 +332,8 @@ class ChatConsumer(AsyncWebsocketConsumer):
     async def _stop_turn(self) -> None:
         """Stops the conversation's running turn, wherever it runs; when it
         runs here, waits until it is saved and billed."""
+        if self.joined is None:
+            return
         task = await hub.current().stop(self, self.joined)
         if task is None or task.done():
             return
@@ -294,17 +342,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
             logger.error("turn task did not end within %ss of its cancellation", CANCEL_WAIT_SECONDS)
 
     def _turn_running(self) -> bool:
-        return hub.current().running(self.joined)
+        return self.joined is not None and hub.current().running(self.joined)
 
-    async def send_json(self, frame: dict[str, Any]) -> None:
+    async def send_json(self, frame: frames.Frame) -> None:
         await self.send(text_data=fastjson.dumps(frame))
 
-    async def _error(self, code: str, message: str | None = None, **fields: Any) -> None:
+    async def _error(self, code: str, message: str | Promise | None = None, turn_id: int | None = None) -> None:
         """An `error` frame: the code's message from the catalogue
         (chat/errors.py) unless a more precise one is given."""
         with translation.override(self.language):
             text = str(message) if message is not None else errors.message(code)
-        await self.send_json({"type": "error", "code": code, "message": text, **fields})
+        await self.send_json(frames.error(code, text, turn_id=turn_id))
 
 
 def _size(text: str) -> int:
@@ -312,7 +360,7 @@ def _size(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None, tuple[int, str] | None] | None:
+def _identify(scope: Mapping[str, Any]) -> tuple[Visitor, int | None, tuple[int, str] | None] | None:
     """The visitor, their conversation (None before their first message) and
     their running turn, if any (see records.running_turn):
     by the widget's token when one is presented (the embed page), else by the
@@ -332,7 +380,7 @@ def _identify(scope: dict[str, Any]) -> tuple[Visitor, int | None, tuple[int, st
     return Visitor.of(visitor, _client_address(scope), page), access.conversation_of(visitor), running
 
 
-def _source_page(scope: dict[str, Any]) -> str:
+def _source_page(scope: Mapping[str, Any]) -> str:
     """The page of a customer's site that embeds the widget, as the widget's
     script tells it (static/chat/widget.js): kept as origin and path (a query
     string can carry anything), and only from a site allowed to embed it."""
@@ -340,11 +388,11 @@ def _source_page(scope: dict[str, Any]) -> str:
     return embed.source_page(pages[0]) if pages else ""
 
 
-def _language(scope: dict[str, Any]) -> str:
+def _language(scope: Mapping[str, Any]) -> str:
     """The visitor's language, from their browser's Accept-Language, as
     Django's LocaleMiddleware chooses for the page."""
     header = dict(scope.get("headers", [])).get(b"accept-language", b"").decode("latin-1")
-    for code, _quality in translation.trans_real.parse_accept_lang_header(header):
+    for code, _quality in parse_accept_lang_header(header):
         if code == "*":
             break
         try:
@@ -354,83 +402,7 @@ def _language(scope: dict[str, Any]) -> str:
     return settings.LANGUAGE_CODE
 
 
-def _client_address(scope: dict[str, Any]) -> str | None:
+def _client_address(scope: Mapping[str, Any]) -> str | None:
     client = scope.get("client")
     forwarded = dict(scope.get("headers", [])).get(b"x-forwarded-for", b"").decode("latin-1")
     return visitors.client_address(client[0] if client else None, forwarded)
-
-
-def _parse(text_data: str | None, bytes_data: bytes | None) -> tuple[dict[str, Any], tuple[str, str] | None]:
-    """Validates a client frame; returns it, or an error code and message."""
-    if text_data is None:
-        return {}, (Code.BAD_FRAME, _("Frames must be JSON text, not binary."))
-    try:
-        frame = fastjson.loads(text_data)
-    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
-        return {}, (Code.BAD_JSON, _("The frame is not valid JSON."))
-    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-        return {}, (Code.BAD_FRAME, _('A frame is a JSON object with a "type".'))
-    if frame["type"] in ("stop", "forget"):
-        return frame, None
-    if frame["type"] == "history":
-        before = frame.get("before")
-        if before is not None and (type(before) is not int or before < 1):
-            return {}, (Code.BAD_FRAME, _('"before" must be a turn id.'))
-        return frame, None
-    if frame["type"] == "feedback":
-        return _parse_feedback(frame)
-    if frame["type"] == "handoff":
-        return _parse_handoff(frame)
-    if frame["type"] != "message":
-        return {}, (Code.UNKNOWN_TYPE, _("Unknown frame type %(type)r.") % {"type": frame["type"][:40]})
-    text = frame.get("text")
-    if not isinstance(text, str) or not text.strip():
-        return {}, (Code.BAD_TEXT, _('"text" must be a non-empty string.'))
-    if len(text) > settings.KOOKEE_MAX_MESSAGE_CHARS:
-        return {}, (
-            Code.TOO_LONG,
-            _("Messages are limited to %(limit)s characters.") % {"limit": settings.KOOKEE_MAX_MESSAGE_CHARS},
-        )
-    return {**frame, "text": storable(text)}, None
-
-
-FEEDBACK_COMMENT_CHARS = 1000
-RATINGS = ("up", "down")
-
-
-def _parse_feedback(frame: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
-    turn_id, rating, comment = frame.get("turn_id"), frame.get("rating"), frame.get("comment", "")
-    if type(turn_id) is not int or turn_id < 1:
-        return {}, (Code.BAD_FEEDBACK, _('"turn_id" must be the id of one of your answers.'))
-    if rating not in RATINGS:
-        return {}, (Code.BAD_FEEDBACK, _('"rating" must be "up" or "down".'))
-    if comment is None:
-        comment = ""
-    if not isinstance(comment, str):
-        return {}, (Code.BAD_FEEDBACK, _('"comment" must be text.'))
-    if len(comment) > FEEDBACK_COMMENT_CHARS:
-        return {}, (
-            Code.BAD_FEEDBACK,
-            _("Comments are limited to %(limit)s characters.") % {"limit": FEEDBACK_COMMENT_CHARS},
-        )
-    return {"type": "feedback", "turn_id": turn_id, "rating": rating, "comment": storable(comment.strip())}, None
-
-
-def _parse_handoff(frame: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, str] | None]:
-    reason, email = frame.get("reason", ""), frame.get("email", "")
-    reason = "" if reason is None else reason
-    email = "" if email is None else email
-    if not isinstance(reason, str) or len(reason) > handoffs.REASON_CHARS:
-        return {}, (Code.BAD_HANDOFF, _("Say why in at most %(limit)s characters.") % {"limit": handoffs.REASON_CHARS})
-    if not isinstance(email, str):
-        return {}, (Code.BAD_HANDOFF, _("That email address is not valid."))
-    email = email.strip()
-    # validate_email takes up to 320 characters; Handoff.email holds 254.
-    if len(email) > 254:
-        return {}, (Code.BAD_HANDOFF, _("That email address is not valid."))
-    if email:
-        try:
-            validate_email(email)
-        except ValidationError:
-            return {}, (Code.BAD_HANDOFF, _("That email address is not valid."))
-    return {"type": "handoff", "reason": storable(reason.strip()), "email": email}, None

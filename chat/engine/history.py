@@ -15,7 +15,9 @@ from chat.support import handoffs, replies
 from chat.visitors import access
 
 
-def visitors_history(visitor: str, conversation_id: int | None, before: int | None) -> tuple[int | None, dict]:
+def visitors_history(
+    visitor: str, conversation_id: int | None, before: int | None
+) -> tuple[int | None, dict[str, Any]]:
     """A page of the visitor's conversation (see history_of), and its id:
     found now if another tab of theirs has written first since this one
     connected. Raises access.Refused when the conversation is no longer theirs
@@ -69,7 +71,7 @@ def _messages(conversation_id: int, since_turn: int | None, before: int | None) 
     if before is not None:
         messages = messages.filter(created_at__lt=Subquery(Turn.objects.filter(pk=before).values("started_at")))
     page = list(messages.order_by("-created_at", "-id")[:MESSAGES_PER_PAGE])[::-1]
-    replies.seen([m.id for m in page if m.kind == Message.Kind.AGENT and m.seen_at is None])
+    replies.mark_seen([m.id for m in page if m.kind == Message.Kind.AGENT and m.seen_at is None])
     return [replies.as_history(message) for message in page]
 
 

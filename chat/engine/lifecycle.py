@@ -19,11 +19,12 @@ import sys
 import weakref
 from typing import Any
 
+from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, LifespanScope
 from channels.db import database_sync_to_async
 from django.conf import settings
 
 from billing import calibration
-from chat.engine import checkpointer, hub, records
+from chat.engine import checkpointer, hub, records, sweeper
 from chat.ops import metrics
 from chat.support import handoffs, replies
 from chat.vocabulary import StopReason
@@ -34,11 +35,11 @@ logger = logging.getLogger("kookee.lifecycle")
 SHUTDOWN_WAIT_SECONDS = 15
 
 # The connections open in this process, ended at shutdown after the turns.
-connections: set[asyncio.Task] = set()
+connections: set[asyncio.Task[Any]] = set()
 metrics.gauge("kookee_open_sockets", lambda: len(connections))
 
 # One sweeper per server process (per event loop).
-_sweepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task] = weakref.WeakKeyDictionary()
+_sweepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Task[None]] = weakref.WeakKeyDictionary()
 _shutdown_hooked = False
 
 
@@ -66,7 +67,7 @@ def start_under_daphne() -> None:
         reactor.callWhenRunning(reactor.callLater, 0, start)
 
 
-async def lifespan(scope: dict[str, Any], receive, send) -> None:
+async def lifespan(scope: LifespanScope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
     """The ASGI lifespan protocol, for the servers that speak it."""
     while True:
         message = await receive()
@@ -114,7 +115,7 @@ def _hook_daphne_shutdown() -> None:
         return
     from twisted.internet import defer
 
-    def before_shutdown() -> defer.Deferred:
+    def before_shutdown() -> defer.Deferred[None]:
         return defer.Deferred.fromFuture(asyncio.ensure_future(stop_running_turns()))
 
     reactor.addSystemEventTrigger("before", "shutdown", before_shutdown)
@@ -132,7 +133,7 @@ async def _sweep_forever() -> None:
 
 async def sweep() -> None:
     """Closes the turns of dead processes, and ends them in their tabs."""
-    closed = await database_sync_to_async(records.close_stale_turns)(settings.KOOKEE_STALE_TURN_SECONDS)
+    closed = await database_sync_to_async(sweeper.close_stale_turns)(settings.KOOKEE_STALE_TURN_SECONDS)
     for visitor, turn_id in closed:
         frame = await database_sync_to_async(records.ended_frame)(turn_id)
         if visitor and frame is not None:

@@ -1,30 +1,28 @@
-"""The built-in offline model: a small, deterministic help-center assistant
-that speaks the Chat Completions streaming wire format.
+"""The built-in offline model: a small, deterministic help-center assistant.
+This is what it says: `respond` decides a round's Reply from the
+conversation so far. chat/engine/offline_transport.py serves it in the Chat
+Completions streaming wire format, so the app talks to it with the same
+`openai` client code, SSE parsing and stream closing as to a real provider.
 
-It is served through an in-process httpx2 transport, so the app talks to it
-with the same `openai` client code, SSE parsing and stream closing as to a
-real provider. Greetings and "what can you do?" get a direct answer in one
-round; help questions get a sentence of narration and a
-`search_help_center` call (two in parallel for a two-part question), then an
-answer built from the articles the search returned, citing them. When the
-search finds no good match it says the help center does not cover it and
-offers a person; asked for a person (or saying yes to that offer), it calls
-`request_human`. It speaks Portuguese to a visitor who writes Portuguese.
+Greetings and "what can you do?" get a direct answer in one round; help
+questions get a sentence of narration and a `search_help_center` call (two
+in parallel for a two-part question), then an answer built from the
+articles the search returned, citing them. When the search finds no good
+match it says the help center does not cover it and offers a person; asked
+for a person (or saying yes to that offer), it calls `request_human`. It
+speaks Portuguese to a visitor who writes Portuguese, and searches the
+English help center with the English words of a Portuguese question
+(chat/engine/offline_glossary.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import math
 import re
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
-
 from chat.engine import excerpts
+from chat.engine.offline_glossary import in_english
 from chat.vocabulary import HANDOFF_TOOL, SEARCH_TOOL
 from helpcenter import search
 from helpcenter.search import Passage
@@ -128,32 +126,6 @@ SAID = {
 }
 
 
-class OfflineTransport(httpx2.AsyncBaseTransport):
-    """Answers POST .../chat/completions with a paced SSE stream."""
-
-    def __init__(self, tokens_per_second: float = 40.0, first_token_delay: float = 0.3) -> None:
-        self.tokens_per_second = tokens_per_second
-        self.first_token_delay = first_token_delay
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if not request.url.path.endswith("/chat/completions"):
-            return httpx2.Response(404, json={"error": {"message": "not found"}})
-        body = json.loads(await request.aread())
-        if not body.get("stream"):
-            return httpx2.Response(400, json={"error": {"message": "only streaming is served"}})
-        offered = [t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
-        messages = body.get("messages") or []
-        # The whole passages the search found: the answer is composed from them.
-        found = await search.passages() if messages and messages[-1].get("role") == "tool" else {}
-        reply = respond(messages, offered, body.get("tool_choice"), found)
-        stream = _SSEStream(
-            _events(body, reply),
-            delay=1 / self.tokens_per_second if self.tokens_per_second > 0 else 0,
-            first_delay=self.first_token_delay,
-        )
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
-
-
 class Reply:
     """What the model says in one round: text, then maybe tool calls
     (searches for `queries`, a request for a person with `handoff`)."""
@@ -192,7 +164,7 @@ def respond(
         return Reply(CAPABILITIES_ANSWER)
     if tool_choice == "none" or SEARCH_TOOL not in tools:
         return Reply(NO_TOOLS_ANSWER)
-    queries = [_in_english(q) if _language(q) == "pt" else q for q in _split_question(question)]
+    queries = [in_english(q) if _language(q) == "pt" else q for q in _split_question(question)]
     return Reply(said["two_questions"] if len(queries) > 1 else said["narration"], queries)
 
 
@@ -221,165 +193,6 @@ def _offered(messages: list[dict[str, Any]]) -> bool:
     return bool(assistant) and any(offer in str(assistant[-1]["content"]) for offer in OFFER.values())
 
 
-# The help center is in English: a Portuguese question is searched with
-# the English words of its subject, as a real model is asked to (chat/engine/prompt.py).
-# Enough of the help center's vocabulary for the demo, keyed without accents.
-ENGLISH = {
-    "cancelar": "cancel",
-    "cancelamento": "cancel",
-    "assinatura": "subscription",
-    "plano": "plan",
-    "planos": "plans",
-    "preco": "price",
-    "precos": "pricing",
-    "custa": "cost",
-    "custo": "cost",
-    "fatura": "invoice",
-    "faturas": "invoices",
-    "recibo": "receipt",
-    "recibos": "receipts",
-    "reembolso": "refund",
-    "estorno": "refund",
-    "exportar": "export",
-    "dados": "data",
-    "excluir": "delete",
-    "apagar": "delete",
-    "deletar": "delete",
-    "conta": "account",
-    "senha": "password",
-    "quadro": "board",
-    "quadros": "boards",
-    "voto": "vote",
-    "votos": "votes",
-    "votar": "vote",
-    "ideia": "idea",
-    "ideias": "ideas",
-    "instalar": "install",
-    "site": "website",
-    "cor": "color",
-    "cores": "colors",
-    "botao": "button",
-    "equipe": "team",
-    "membros": "members",
-    "usuarios": "users",
-    "chave": "key",
-    "chaves": "keys",
-    "limite": "limit",
-    "limites": "limits",
-    "integracao": "integration",
-    "integracoes": "integrations",
-    "dominio": "domain",
-    "notificacoes": "notifications",
-    "privacidade": "privacy",
-    "importar": "import",
-    "pagar": "pay",
-    "pagamento": "payment",
-    "cartao": "card",
-    "desconto": "discount",
-    "atualizar": "upgrade",
-    "rebaixar": "downgrade",
-    "autenticacao": "authentication",
-    "resumos": "summaries",
-    "status": "statuses",
-    # Common words of help-center questions, beyond the demo's subjects.
-    "ativar": "enable",
-    "ativo": "enable",
-    "desativar": "disable",
-    "ligar": "turn on",
-    "desligar": "turn off",
-    "desligo": "turn off",
-    "mudar": "change",
-    "alterar": "change",
-    "trocar": "change",
-    "adicionar": "add",
-    "remover": "remove",
-    "convidar": "invite",
-    "convido": "invite",
-    "criar": "create",
-    "crio": "create",
-    "editar": "edit",
-    "enviar": "send",
-    "envio": "send",
-    "receber": "receive",
-    "recebendo": "receiving",
-    "baixar": "download",
-    "mostrar": "show",
-    "esconder": "hide",
-    "ocultar": "hide",
-    "bloquear": "block",
-    "desfazer": "undo",
-    "recuperar": "recover",
-    "restaurar": "restore",
-    "entrar": "log in",
-    "logados": "logged in",
-    "configurar": "set up",
-    "personalizar": "customize",
-    "conectar": "connect",
-    "integrar": "integrate",
-    "migrar": "migrate",
-    "mover": "move",
-    "juntar": "merge",
-    "mesclar": "merge",
-    "renovar": "renew",
-    "renovou": "renewed",
-    "cobrar": "charge",
-    "cobranca": "billing",
-    "cobrado": "charged",
-    "verificacao": "verification",
-    "etapas": "steps",
-    "duas": "two",
-    "dois": "two",
-    "fatores": "factor",
-    "usuario": "user",
-    "cliente": "customer",
-    "clientes": "customers",
-    "dinheiro": "money",
-    "volta": "back",
-    "mes": "month",
-    "mensal": "monthly",
-    "anual": "annual",
-    "ano": "year",
-    "europa": "europe",
-    "servidor": "server",
-    "servidores": "servers",
-    "guardados": "stored",
-    "armazenados": "stored",
-    "notificacao": "notification",
-    "resumo": "summary",
-    "semanal": "weekly",
-    "diario": "daily",
-    "mensagem": "message",
-    "painel": "dashboard",
-    "configuracoes": "settings",
-    "relatorio": "report",
-    "sugestao": "suggestion",
-    "sugestoes": "suggestions",
-    "comentario": "comment",
-    "comentarios": "comments",
-    "novidades": "updates",
-    "tema": "theme",
-    "escuro": "dark",
-    "idioma": "language",
-    "codigo": "code",
-    "pagina": "page",
-    "repetidas": "duplicate",
-    "duplicadas": "duplicate",
-    "publico": "public",
-    "privado": "private",
-    "seguranca": "security",
-    "permissao": "permission",
-    "permissoes": "permissions",
-    "administrador": "admin",
-}
-
-
-def _in_english(question: str) -> str:
-    """A Portuguese question as the English words of its subject; words it
-    does not know (names: Slack, bitcoin, CSV) are kept."""
-    words = re.findall(r"\w+", search.folded(question))
-    return " ".join(ENGLISH.get(word, word) for word in words)
-
-
 def _split_question(question: str) -> list[str]:
     parts = [p.strip() for p in re.split(r"\?+", question) if len(p.split()) >= 3]
     return parts[:2] if len(parts) >= 2 else [question]
@@ -388,7 +201,7 @@ def _split_question(question: str) -> list[str]:
 def _answer_from_results(
     messages: list[dict[str, Any]], said: dict[str, str], question: str, passages: dict[int, list[Passage]]
 ) -> str:
-    results = []
+    results: list[dict[str, Any]] = []
     for message in reversed(messages):
         if message.get("role") != "tool":
             break
@@ -407,7 +220,7 @@ def _answer_from_results(
         elsewhere = f" {said['elsewhere'] % closest}" if closest else ""
         return f"{said['not_covered']}{elsewhere} {OFFER[language]}"
     # The question's words, and for a Portuguese one the English words of its subject too.
-    asked = excerpts.terms(question) | (excerpts.terms(_in_english(question)) if language == "pt" else set())
+    asked = excerpts.terms(question) | (excerpts.terms(in_english(question)) if language == "pt" else set())
     how = excerpts.is_how(question)
     return "\n\n".join(
         _compose(article, _passage_of(article, passages, asked, how), asked, how, _for(said, article))
@@ -437,7 +250,8 @@ def _passage_of(
     question, or has what the found one lacks: the steps a "how" asks for,
     or, when the search matched the article's opening (which introduces
     what its sections say), a table, holding as many of the question's words."""
-    found = passages.get(article.get("id"), [])
+    article_id = article.get("id")
+    found = passages.get(article_id, []) if isinstance(article_id, int) else []
     anchor = str(article.get("url", "")).partition("#")[2]
     snippet = excerpts.terms(str(article.get("snippet", "")))
     same = [p for p in found if p.anchor == anchor] or found[:1]
@@ -492,65 +306,3 @@ def _parse(content: Any) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
-
-
-def _events(body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
-    """The chunks of one streamed round, shaped like OpenAI's."""
-    base = {
-        "id": f"chatcmpl-offline-{abs(hash(json.dumps(body, sort_keys=True))) % 10**12}",
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": body.get("model", "kookee-offline"),
-    }
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
-        return {**base, "choices": [choice]}
-
-    pieces = re.findall(r"\s*\S+", reply.text)
-    events = [chunk({"role": "assistant", "content": ""})]
-    events += [chunk({"content": piece}) for piece in pieces]
-    output_tokens = len(pieces)
-    calls = [(SEARCH_TOOL, {"query": query}) for query in reply.queries]
-    if reply.handoff is not None:
-        calls.append((HANDOFF_TOOL, {"reason": reply.handoff}))
-    for index, (name, arguments) in enumerate(calls):
-        encoded = json.dumps(arguments)
-        fragments = [encoded[i : i + 12] for i in range(0, len(encoded), 12)]
-        first = {"index": index, "id": f"call_offline_{index}", "type": "function"}
-        events.append(chunk({"tool_calls": [{**first, "function": {"name": name, "arguments": ""}}]}))
-        events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": f}}]}) for f in fragments]
-        output_tokens += len(fragments) + 1
-    events.append(chunk({}, "tool_calls" if calls else "stop"))
-    if (body.get("stream_options") or {}).get("include_usage"):
-        # As providers count: the messages and the tool definitions.
-        prompt = json.dumps(body.get("messages")) + json.dumps(body.get("tools") or [])
-        prompt_tokens = math.ceil(len(prompt) / 4)
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": output_tokens,
-            "total_tokens": prompt_tokens + output_tokens,
-        }
-        events.append({**base, "choices": [], "usage": usage})
-    return events
-
-
-class _SSEStream(httpx2.AsyncByteStream):
-    def __init__(self, events: list[dict[str, Any]], delay: float, first_delay: float) -> None:
-        self.events = events
-        self.delay = delay
-        self.first_delay = first_delay
-        self.closed = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        await asyncio.sleep(self.first_delay)
-        for number, event in enumerate(self.events):
-            if self.closed:
-                return  # the client hung up: stop generating
-            if number > 1:
-                await asyncio.sleep(self.delay)
-            yield f"data: {json.dumps(event)}\n\n".encode()
-        yield b"data: [DONE]\n\n"
-
-    async def aclose(self) -> None:
-        self.closed = True

@@ -1,28 +1,30 @@
 """A turn's records: started (conversation, budget hold), its rounds as
 generations, checkpoints while it runs, and its end (text, status, one
-ledger entry), or the sweeper's end for a turn a lost process left."""
+ledger entry). The sweeper's end for a turn a lost process left is
+chat/engine/sweeper.py."""
 
 from __future__ import annotations
 
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Prefetch, Sum
+from django.db.models import Prefetch
 from django.utils import timezone
 
 from billing import calibration
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat.engine import frames, prompt
-from chat.engine.rounds import Ratios, Round, prompt_tokens
-from chat.models import Generation, Message, ToolCall, Turn
-from chat.sources import search_results, used_articles
-from chat.support import replies, searches
+from chat.engine import frames, prompt, to_person
+from chat.engine.rounds import Round
+from chat.engine.to_person import ToPerson
+from chat.engine.usage import Ratios, prompt_tokens
+from chat.models import Generation, ToolCall, Turn
+from chat.support import searches
 from chat.text import storable
 from chat.visitors import access, limits
 from chat.visitors.identity import Visitor
@@ -34,7 +36,7 @@ logger = logging.getLogger("kookee.generations")
 ACTIVITY_RESOLUTION = timedelta(minutes=1)
 
 
-class Busy(Exception):
+class TurnAlreadyRunning(Exception):
     """The conversation has a turn running already (on any process)."""
 
 
@@ -48,7 +50,7 @@ class TurnRecord:
     awaiting it)."""
 
     turn_id: int
-    started_at: Any  # datetime: the turn is priced as of its start
+    started_at: datetime  # the turn is priced as of its start
     budget: dict[str, Any]  # what it holds in the daily budgets (Turn.budget)
     recorded: set[int] = field(default_factory=set)  # the rounds stored as generations
 
@@ -75,7 +77,7 @@ def start_turn(
     owner: str = "",
     replacing: int | None = None,
     tool_chars: int = 0,
-) -> Started | Message:
+) -> Started | ToPerson:
     """Creates the turn (and, at the visitor's first message, their
     conversation). `owner` is the channel of the process
     that runs it. `replacing`: a full conversation, which the turn starts
@@ -84,10 +86,10 @@ def start_turn(
     the tool definitions' `tool_chars`, and the most it may write).
 
     When a person has the conversation (the visitor asked for one, and
-    Support claimed it), the text is a message to them instead: stored, and
-    returned, starting no turn (announce it: replies.announce).
+    Support claimed it), the text is a message to them instead, starting no
+    turn (chat/engine/to_person.py).
 
-    Raises, creating nothing: Busy when a turn of the conversation runs
+    Raises, creating nothing: TurnAlreadyRunning when a turn of the conversation runs
     already, in any process; LimitReached when the visitor is over a limit;
     access.Refused when their key no longer reaches the conversation.
     """
@@ -104,7 +106,7 @@ def start_turn(
         # The database holds one streaming turn per conversation: checking
         # first would cost every turn a query, to tell what the insert tells.
         if Turn.objects.filter(conversation__visitor_hash=visitor.hash, status=Turn.Status.STREAMING).exists():
-            raise Busy from None
+            raise TurnAlreadyRunning from None
         raise
 
 
@@ -118,12 +120,11 @@ def _start_turn(
     replacing: int | None,
     tool_chars: int,
     system: str,
-) -> Started | Message:
+) -> Started | ToPerson:
     conversation = access.conversation_for(visitor, conversation_id, replacing)
-    if conversation.id == conversation_id and conversation.claimed:
-        message = replies.to_person(visitor.hash, conversation.id, user_text)
-        if message is not None:
-            return message
+    handed = to_person.take(visitor, conversation, conversation_id, user_text)
+    if handed is not None:
+        return handed
     check_turn_allowed(visitor, conversation.id)
     earlier = list(
         conversation.turns.order_by("-started_at", "-id").values_list("user_text", "assistant_text")[
@@ -177,16 +178,15 @@ def ended_frame(turn_id: int) -> frames.TurnEnded | None:
     if turn is None:
         return None
     generations = list(turn.generations.all())
-    calls = [call for g in generations for call in g.tool_calls.all()]
     entry = LedgerEntry.objects.filter(turn_id=turn_id).first()
     return frames.turn_ended(
         turn.id,
         turn.status,
         len(generations),
         _usage_of(entry) if entry else frames.usage(0, 0, estimated=True),
-        used_articles(turn.assistant_text, search_results(calls)),
+        turn.assistant_text,
+        [call for g in generations for call in g.tool_calls.all()],
         reason=turn.stop_reason,
-        handoff=frames.handoff_requested(calls),
     )
 
 
@@ -297,71 +297,6 @@ def checkpoint_turns(checkpoints: list[Checkpoint]) -> None:
         )
 
 
-def close_stale_turns(stale_after_seconds: float) -> list[tuple[str, int]]:
-    """Closes the turns a dead process left streaming: interrupted, text as
-    of the last checkpoint, the round in flight estimated, billed once.
-    Returns the visitor (hash) and id of each turn it closed."""
-    cutoff = timezone.now() - timedelta(seconds=stale_after_seconds)
-    stale = Turn.objects.filter(status=Turn.Status.STREAMING, heartbeat_at__lt=cutoff)
-    closed = [
-        (visitor, turn_id)
-        for turn_id, visitor in stale.values_list("id", "conversation__visitor_hash")
-        if _close_stale_turn(turn_id, cutoff)
-    ]
-    if closed:
-        logger.warning(
-            "closed %s turn(s) left streaming by a lost process: %s", len(closed), [turn for _, turn in closed]
-        )
-    return closed
-
-
-@transaction.atomic
-def _close_stale_turn(turn_id: int, cutoff: Any) -> bool:
-    # Claim it with a conditional update: another process sweeping at the
-    # same moment, or the turn's own process waking up, finds it taken.
-    claimed = Turn.objects.filter(pk=turn_id, status=Turn.Status.STREAMING, heartbeat_at__lt=cutoff).update(
-        status=Turn.Status.INTERRUPTED,
-        interrupted=True,
-        stop_reason=Turn.StopReason.PROCESS_LOST,
-        owner="",
-        ended_at=timezone.now(),
-    )
-    if not claimed:
-        return False
-    turn = Turn.objects.get(pk=turn_id)
-    number = turn.checkpoint_round
-    if number and not turn.generations.filter(round=number).exists():
-        Generation.objects.create(
-            turn=turn,
-            round=number,
-            input_tokens=turn.checkpoint_input_tokens,
-            output_tokens=turn.checkpoint_output_tokens,
-            usage_estimated=True,
-            started_at=turn.heartbeat_at,
-            ended_at=turn.heartbeat_at,
-        )
-    searches.record_searches(turn_id, turn.assistant_text, ToolCall.objects.filter(generation__turn=turn))
-    totals = turn.generations.aggregate(
-        input=Sum("input_tokens"),
-        cached=Sum("cached_input_tokens"),
-        output=Sum("output_tokens"),
-        reasoning=Sum("reasoning_tokens"),
-    )
-    entry = bill_once(
-        turn_id,
-        model=turn.model,
-        input_tokens=totals["input"] or 0,
-        cached_input_tokens=totals["cached"] or 0,
-        output_tokens=totals["output"] or 0,
-        reasoning_tokens=totals["reasoning"] or 0,
-        estimated=True,
-        priced_at=turn.started_at,
-    )
-    limits.settle(turn.budget, entry.input_tokens + entry.output_tokens)
-    Turn.objects.filter(pk=turn_id).update(budget={})
-    return True
-
-
 @transaction.atomic
 def finish_turn(
     record: TurnRecord,
@@ -419,7 +354,7 @@ def _usage_of(entry: LedgerEntry) -> frames.Usage:
     return frames.usage(entry.input_tokens, entry.output_tokens, entry.estimated)
 
 
-def _ms(start: Any, end: Any) -> str:
+def _ms(start: datetime | None, end: datetime | None) -> str:
     if start is None or end is None:
         return "-"
     return str(round((end - start).total_seconds() * 1000))

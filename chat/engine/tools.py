@@ -1,13 +1,16 @@
 """The tools the model can call: search_help_center, and request_human.
 
-A tool runs inside its turn's task; `current_turn` says which turn that is,
-for tools that act on the visitor's conversation.
+Each acts for the turn that calls it: the turn hands its context down
+(`TurnContext`: which turn, the language of the tab that asked), and the
+round loop calls the tools bound to it (`bind`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from contextvars import ContextVar
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -25,10 +28,35 @@ NO_GOOD_MATCH = (
     "the help center does not cover it, and offer to put them in touch with a person (request_human)."
 )
 
-current_turn: ContextVar[int] = ContextVar("current_turn")
-# The language of the tab that asked (its browser's): a search prefers the
-# articles' versions in it (helpcenter/search.py).
-visitor_language: ContextVar[str] = ContextVar("visitor_language", default="")
+
+@dataclass(frozen=True)
+class TurnContext:
+    """What a tool knows of the turn that calls it."""
+
+    turn_id: int  # for the tools that act on the visitor's conversation, and what a search is billed with
+    # The language of the tab that asked (its browser's): a search prefers
+    # the articles' versions in it (helpcenter/search.py).
+    language: str = ""
+
+
+@dataclass
+class TurnTool(Tool):
+    """A tool that acts for the turn that calls it: `act` takes the turn's
+    context (None outside a turn, as `run` calls it), then the model's arguments."""
+
+    act: Callable[..., Awaitable[Any]]
+
+    def for_turn(self, turn: TurnContext) -> Tool:
+        return Tool(self.name, self.description, self.parameters, functools.partial(self.act, turn))
+
+
+def bind(tools: Sequence[Tool], turn: TurnContext) -> list[Tool]:
+    """The tools as the turn's round loop calls them: those that act for a turn, bound to this one."""
+    return [tool.for_turn(turn) if isinstance(tool, TurnTool) else tool for tool in tools]
+
+
+def _turn_tool(name: str, description: str, parameters: dict[str, Any], act: Callable[..., Awaitable[Any]]) -> TurnTool:
+    return TurnTool(name, description, parameters, functools.partial(act, None), act)
 
 
 def with_advice(result: dict[str, Any]) -> dict[str, Any]:
@@ -37,14 +65,14 @@ def with_advice(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "note": NO_GOOD_MATCH} if result.get("no_good_match") else result
 
 
-async def _search_help_center(query: str, language: str = "") -> dict[str, Any]:
+async def _search_help_center(turn: TurnContext | None, query: str, language: str = "") -> dict[str, Any]:
     if not isinstance(language, str):
         raise ValueError("language must be a string")
-    result, spent = await search.search_spending(query, language or visitor_language.get())
+    result, spent = await search.search_spending(query, language or (turn.language if turn else ""))
     if spent:
         # Embedding the query and reranking cost money: billed with the turn
         # that asked, even if a Stop lands on this write (shielded).
-        bill = database_sync_to_async(_bill)(spent, current_turn.get(None))
+        bill = database_sync_to_async(_bill)(spent, turn.turn_id if turn else None)
         await asyncio.shield(asyncio.ensure_future(bill))
     return with_advice(result)
 
@@ -54,10 +82,12 @@ def _bill(spent: list[search.Spent], turn_id: int | None) -> None:
         bill_embedding(each.purpose, each.model, each.tokens, turn_id=turn_id)
 
 
-async def _request_human(reason: str = "") -> dict[str, Any]:
+async def _request_human(turn: TurnContext | None, reason: str = "") -> dict[str, Any]:
     if not isinstance(reason, str):
         raise ValueError("reason must be a string")
-    handoff = await handoffs.request_for_turn(current_turn.get(), reason)
+    if turn is None:
+        raise LookupError("request_human hands a turn's conversation over: it runs in a turn")
+    handoff = await handoffs.request_for_turn(turn.turn_id, reason)
     return {
         "requested": True,
         **handoff,
@@ -68,7 +98,7 @@ async def _request_human(reason: str = "") -> dict[str, Any]:
     }
 
 
-SEARCH_HELP_CENTER = Tool(
+SEARCH_HELP_CENTER = _turn_tool(
     name=SEARCH_TOOL,
     description=(
         "Search the published help-center articles. Returns the best articles (id, title, url, snippet, score, "
@@ -89,10 +119,10 @@ SEARCH_HELP_CENTER = Tool(
         },
         "required": ["query"],
     },
-    run=_search_help_center,
+    act=_search_help_center,
 )
 
-REQUEST_HUMAN = Tool(
+REQUEST_HUMAN = _turn_tool(
     name=HANDOFF_TOOL,
     description=(
         "Ask a person from the support team to take over this conversation. Use it when the visitor asks for a "
@@ -104,7 +134,7 @@ REQUEST_HUMAN = Tool(
         "properties": {"reason": {"type": "string", "description": "Why the visitor needs a person, in one sentence."}},
         "required": ["reason"],
     },
-    run=_request_human,
+    act=_request_human,
 )
 
 TOOLS = [SEARCH_HELP_CENTER, REQUEST_HUMAN]

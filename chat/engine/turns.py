@@ -1,5 +1,5 @@
 """One turn, run as its own task: stream the rounds to every tab of the
-conversation (chat/engine/hub.py), then, in a `finally` that survives cancellation,
+conversation (chat/engine/hub/), then, in a `finally` that survives cancellation,
 save what they saw and bill once. While it runs, it is checkpointed
 (chat/engine/checkpointer.py).
 """
@@ -15,14 +15,13 @@ from django.conf import settings
 
 from billing import calibration
 from chat import errors
-from chat.engine import bookkeeping, checkpointer, frames, hub, provider, records, tools
+from chat.engine import checkpointer, db_lane, frames, hub, provider, records, to_person, tools
 from chat.engine.hub import Broadcast
-from chat.engine.rounds import EndTurn, Outcome, Ratios, Round, RoundLoop, spec_chars
-from chat.engine.tools import TOOLS
-from chat.models import Message
+from chat.engine.rounds import EndTurn, Outcome, Round, RoundLoop
+from chat.engine.tools import TOOLS, TurnContext
+from chat.engine.usage import Ratios, spec_chars
 from chat.ops import metrics, tracing
-from chat.sources import search_results, used_articles
-from chat.support import replies
+from chat.visitors.identity import Visitor
 from chat.vocabulary import PROVIDER_FAULTS, Code, Status, StopReason
 
 logger = logging.getLogger("kookee.turns")
@@ -34,11 +33,11 @@ TOOL_CHARS = spec_chars(TOOLS)
 T = TypeVar("T")
 
 
-class _Turn:
-    """The round loop's sink: frames to the conversation's tabs, rounds to
-    the database."""
+class _RoundLoopSink:
+    """The round loop's sink for one turn: frames to the conversation's tabs,
+    rounds to the database, checkpoints (chat/engine/checkpointer.py)."""
 
-    def __init__(self, broadcast: Broadcast, record: records.TurnRecord) -> None:
+    def __init__(self, broadcast: Broadcast, record: records.TurnRecord, context: TurnContext) -> None:
         self.turn_id = broadcast.turn_id
         self.broadcast = broadcast
         self.record = record  # what the database holds of it (its hold in the daily budgets, its rounds)
@@ -51,13 +50,13 @@ class _Turn:
         self.model = provider.model_name()
         self.loop = RoundLoop(
             provider.open_stream,
-            TOOLS,
+            tools.bind(TOOLS, context),
             self,
             settings.KOOKEE_MAX_ROUNDS,
             ratios=lambda: Ratios(*calibration.ratios(self.model)),
         )
 
-    async def send(self, frame: dict[str, Any]) -> None:
+    async def send(self, frame: frames.TurnFrame) -> None:
         await self.hub.publish(self.broadcast, frame)
 
     async def delta(self, text: str) -> None:
@@ -77,7 +76,7 @@ class _Turn:
         # the turn here.
         spent = sum(r.usage.input_tokens + r.usage.output_tokens for r in self.loop.rounds)
         hold = spent + next_prompt_tokens + settings.KOOKEE_MAX_OUTPUT_TOKENS
-        refused = await bookkeeping.run(bookkeeping.SOON, records.end_round, self.record, rnd, hold)
+        refused = await db_lane.run(db_lane.SOON, records.end_round, self.record, rnd, hold)
         if refused:
             raise EndTurn(refused)
 
@@ -99,24 +98,27 @@ class ShuttingDown(Exception):
     page reconnects to one)."""
 
 
-async def start(visitor: Any, conversation_id: int | None, text: str, replacing: int | None = None) -> int:
+async def start(
+    visitor: Visitor, conversation_id: int | None, text: str, replacing: int | None = None, language: str = ""
+) -> int:
     """Starts a turn of the visitor's conversation (created at their first
     message) in this process: stores it, and runs it in its own task, which
     every tab of the visitor follows. Returns the conversation's id.
     `replacing`: a full conversation that this turn begins a new one after.
+    `language`: the asking tab's (its browser's), for the tools.
     When a person has the conversation, the text goes to them instead
-    (chat/support/replies.py), and no turn starts.
+    (chat/engine/to_person.py), and no turn starts.
 
-    Raises records.Busy, access.Refused, LimitReached or ShuttingDown,
-    starting nothing.
+    Raises records.TurnAlreadyRunning, access.Refused, LimitReached or
+    ShuttingDown, starting nothing.
     """
     the_hub = hub.current()
     if the_hub.closing:
         raise ShuttingDown
     owner = await the_hub.start()
     # Ahead of other turns' bookkeeping: the first character waits for it.
-    started = await bookkeeping.run(
-        bookkeeping.URGENT,
+    started = await db_lane.run(
+        db_lane.URGENT,
         records.start_turn,
         visitor,
         conversation_id,
@@ -126,11 +128,11 @@ async def start(visitor: Any, conversation_id: int | None, text: str, replacing:
         replacing,
         TOOL_CHARS,
     )
-    if isinstance(started, Message):
-        await replies.announce(started)
+    if isinstance(started, to_person.ToPerson):
+        await to_person.deliver(started)
         return started.conversation_id
     broadcast = await the_hub.own(started.turn_id, visitor.hash)
-    broadcast.task = asyncio.create_task(run_turn(broadcast, started.messages, started.record))
+    broadcast.task = asyncio.create_task(run_turn(broadcast, started.messages, started.record, language))
     # Let the task enter its try/finally before any stop can cancel it: a
     # task cancelled before its first step never runs its finally.
     await asyncio.sleep(0)
@@ -140,12 +142,17 @@ async def start(visitor: Any, conversation_id: int | None, text: str, replacing:
     return started.conversation_id
 
 
-async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]], record: records.TurnRecord) -> None:
-    """Runs a created turn to its end. Stopping its broadcast stops it."""
-    turn = _Turn(broadcast, record)
-    tools.current_turn.set(turn.turn_id)  # for the tools that act on the conversation
+async def run_turn(
+    broadcast: Broadcast, messages: list[dict[str, Any]], record: records.TurnRecord, language: str = ""
+) -> None:
+    """Runs a created turn to its end, in a task of its own. Stopping its
+    broadcast stops it. `language`: the asking tab's, for the tools."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("a turn runs in a task of its own")
+    turn = _RoundLoopSink(broadcast, record, TurnContext(broadcast.turn_id, language))
     outcome = Outcome(Status.FAILED, Code.SERVER_ERROR)
-    checkpointer.live[asyncio.current_task()] = turn
+    checkpointer.live[task] = turn
     checkpointer.start()
     try:
         turn.started_sent = True
@@ -163,11 +170,11 @@ async def run_turn(broadcast: Broadcast, messages: list[dict[str, Any]], record:
         try:
             await _survive_cancel(_end_turn(turn, outcome))
         finally:
-            del checkpointer.live[asyncio.current_task()]
+            del checkpointer.live[task]
             hub.current().disown(broadcast)
 
 
-async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
+async def _end_turn(turn: _RoundLoopSink, outcome: Outcome) -> None:
     loop = turn.loop
     for rnd in loop.rounds:
         sample = rnd.sample()
@@ -176,8 +183,8 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
     # A turn cancelled by nobody's Stop was cut short by the process ending.
     reason = (turn.broadcast.stop_reason or StopReason.SHUTDOWN) if outcome.status == Status.INTERRUPTED else ""
     try:
-        usage = await bookkeeping.run(
-            bookkeeping.LATER,
+        usage = await db_lane.run(
+            db_lane.LATER,
             records.finish_turn,
             turn.record,
             status=outcome.status,
@@ -218,21 +225,20 @@ async def _end_turn(turn: _Turn, outcome: Outcome) -> None:
     if outcome.error:
         # In the site's language here; each tab says it in its visitor's (consumers.deliver).
         message = errors.message(outcome.error)
-        await _send_quietly(turn, frames.turn_error(turn.turn_id, outcome.error, message))
-    calls = [call for rnd in loop.rounds for call in rnd.tool_calls]
+        await _send_quietly(turn, frames.error(outcome.error, message, turn_id=turn.turn_id))
     ended = frames.turn_ended(
         turn.turn_id,
         outcome.status,
         len(loop.rounds),
         usage,
-        used_articles(loop.text, search_results(calls)),
+        loop.text,
+        [call for rnd in loop.rounds for call in rnd.tool_calls],
         reason=reason,
-        handoff=frames.handoff_requested(calls),
     )
     await _send_quietly(turn, ended)
 
 
-def _count(turn: _Turn, outcome: Outcome) -> None:
+def _count(turn: _RoundLoopSink, outcome: Outcome) -> None:
     """The turn's figures for /metrics."""
     metrics.turn_ended(outcome.status)
     model = turn.model
@@ -253,7 +259,7 @@ def _count(turn: _Turn, outcome: Outcome) -> None:
         )
 
 
-async def _send_quietly(turn: _Turn, frame: dict[str, Any]) -> None:
+async def _send_quietly(turn: _RoundLoopSink, frame: frames.TurnFrame) -> None:
     # The turn is saved whatever happens to its frames.
     try:
         await turn.send(frame)

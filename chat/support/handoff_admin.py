@@ -372,5 +372,5 @@ def _apply(move: str, queryset, user) -> int:
         except IntegrityError:
             continue  # another request of the conversation waits now
     # The visitors' pages say who answers them now, or that the assistant does.
-    replies.moved(moved)
+    replies.announce_handoff_changes(moved)
     return len(moved)

@@ -5,9 +5,10 @@ conversation) from the request's page in the admin, or from a helpdesk
 through `POST /api/handoffs/{id}/messages` (chat/support/api.py). A reply:
 
 - claims a waiting request for its author, whose name the visitor sees;
-- reaches every open tab of the visitor at once, on whichever process,
-  through the visitor's group in the channel layer (chat/engine/hub.py) as an
-  `agent.message` frame, and their history after a reload;
+- reaches every open tab of the visitor at once, on whichever process, as
+  an `agent.message` frame (announced here with `news_for_visitor`; the
+  engine's hub shows it: chat/engine/hub_protocol.py), and their history
+  after a reload;
 - goes by email when the visitor left an address and no tab of theirs has
   shown it after KOOKEE_REPLY_EMAIL_AFTER_SECONDS (the sweeper sends it: one
   email for every reply still unseen, with a signed, expiring link back).
@@ -27,19 +28,20 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core import signing
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.dispatch import Signal
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
 from chat.models import Conversation, Handoff, Message
-from chat.support import handoffs
+from chat.support import handoff_webhook, handoffs
 from chat.text import visible
 
 logger = logging.getLogger("kookee.replies")
@@ -49,6 +51,14 @@ REPLY_CHARS = 10_000
 AUTHOR_CHARS = 150
 _link_signer = signing.TimestampSigner(salt="kookee.reply-link")
 
+# Support changed what the visitor's open tabs show: `handoff`, their
+# request, was claimed, closed or reopened; `reply`, a reply of Support's
+# (either or both), in the conversation `conversation_id`. Sent once the
+# change commits. The engine's hub shows it in every tab of the visitor, on
+# every process (chat/engine/hub_protocol.py): Support's room is below the
+# engine's, and does not import it.
+news_for_visitor = Signal()
+
 
 class Closed(Exception):
     """The request was closed, or its conversation erased: nobody answers in it any more."""
@@ -57,13 +67,16 @@ class Closed(Exception):
 # --- Support writes ------------------------------------------------------------------------------
 
 
-def author_name(user) -> str:
+def author_name(user: User) -> str:
     """The name a visitor sees for an agent: their full name, else their first
     name, else their username."""
-    return (user.get_full_name() or user.get_short_name() or user.get_username())[:AUTHOR_CHARS]
+    name: str = user.get_full_name() or user.get_short_name() or user.get_username()
+    return name[:AUTHOR_CHARS]
 
 
-def reply(handoff_id: int, text: str, *, user=None, author: str = "", external_id: str = "") -> tuple[Message, bool]:
+def reply(
+    handoff_id: int, text: str, *, user: User | None = None, author: str = "", external_id: str = ""
+) -> tuple[Message, bool]:
     """Support's reply to the visitor of a request: stored, then sent to
     their tabs once the transaction commits. A reply to a waiting request
     claims it for its author. Returns the message, and whether it is new (a
@@ -99,15 +112,16 @@ def reply(handoff_id: int, text: str, *, user=None, author: str = "", external_i
                 )
         except IntegrityError:
             return Message.objects.get(external_id=external_id), False
-        frames = [agent_frame(message)]
-        if claimed:
-            frames.insert(0, state_frame(handoff))
-        transaction.on_commit(lambda: tell(handoff.conversation_id, *frames))
+        transaction.on_commit(
+            lambda: news_for_visitor.send(
+                Message, conversation_id=handoff.conversation_id, handoff=handoff if claimed else None, reply=message
+            )
+        )
     logger.info("handoff=%s: Support replied (message=%s)", handoff_id, message.id)
     return message, True
 
 
-def note(handoff_id: int, text: str, user) -> Message:
+def note(handoff_id: int, text: str, user: User) -> Message:
     """An internal note on a request: Support reads it; the visitor never does."""
     handoff = Handoff.objects.get(pk=handoff_id)
     return Message.objects.create(
@@ -121,7 +135,7 @@ def note(handoff_id: int, text: str, user) -> Message:
 
 
 @transaction.atomic
-def answer_conversation(conversation_id: int, user) -> Handoff:
+def answer_conversation(conversation_id: int, user: User) -> Handoff:
     """Support starts answering a conversation nobody asked a person in: its
     waiting request, else a new one that Support opened, claimed by `user`.
     Raises Closed for an erased conversation."""
@@ -137,11 +151,11 @@ def answer_conversation(conversation_id: int, user) -> Handoff:
         )
     if handoff.status == Handoff.Status.OPEN:
         _claim(handoff, user, author_name(user))
-        transaction.on_commit(lambda: tell(conversation.id, state_frame(handoff)))
+        transaction.on_commit(lambda: news_for_visitor.send(Handoff, conversation_id=conversation.id, handoff=handoff))
     return handoff
 
 
-def _claim(handoff: Handoff, user, author: str) -> None:
+def _claim(handoff: Handoff, user: User | None, author: str) -> None:
     handoff.status = Handoff.Status.CLAIMED
     handoff.claimed_by = user
     handoff.claimed_at = timezone.now()
@@ -149,7 +163,7 @@ def _claim(handoff: Handoff, user, author: str) -> None:
     handoff.save(update_fields=["status", "claimed_by", "claimed_at", "agent_name"])
 
 
-def moved(handoff_ids: list[int]) -> None:
+def announce_handoff_changes(handoff_ids: list[int]) -> None:
     """Tells the visitors' tabs that these requests were claimed, closed or
     reopened (chat/support/handoff_admin.py), once the change commits."""
 
@@ -157,7 +171,7 @@ def moved(handoff_ids: list[int]) -> None:
         for handoff in Handoff.objects.filter(pk__in=handoff_ids).only(
             "id", "conversation_id", "status", "email", "agent_name"
         ):
-            tell(handoff.conversation_id, state_frame(handoff))
+            news_for_visitor.send(Handoff, conversation_id=handoff.conversation_id, handoff=handoff)
 
     transaction.on_commit(announce)
 
@@ -167,9 +181,11 @@ def moved(handoff_ids: list[int]) -> None:
 
 def to_person(visitor: str, conversation_id: int, text: str) -> Message | None:
     """The visitor's message, stored as theirs to the person who has their
-    conversation, if someone does (then `announce` it); None when nobody
-    has it (the assistant answers). In the transaction that starts a turn
-    otherwise (chat/engine/records.py): one trip to the database for either."""
+    conversation, if someone does; None when nobody has it (the assistant
+    answers). In the transaction that starts a turn otherwise
+    (chat/engine/records.py): one trip to the database for either. The
+    engine shows the message in the visitor's tabs, and hands it to
+    `forward_to_helpdesk` (chat/engine/to_person.py)."""
     handoff = (
         Handoff.objects.filter(
             conversation_id=conversation_id, conversation__visitor_hash=visitor, status=Handoff.Status.CLAIMED
@@ -190,10 +206,9 @@ def to_person(visitor: str, conversation_id: int, text: str) -> Message | None:
     return message
 
 
-async def announce(message: Message) -> None:
-    """A visitor's message to a person, stored: shown in all their tabs and
-    on the request's page, sent to the helpdesk."""
-    await tell_async(message.conversation.visitor_hash, visitor_frame(message))
+def forward_to_helpdesk(message: Message) -> None:
+    """A visitor's message to a person, stored: sent to the helpdesk's
+    webhook, in the background, when there is one."""
     if settings.KOOKEE_HANDOFF_WEBHOOK:
         handoffs.spawn(_forward(message.id))
 
@@ -216,30 +231,12 @@ async def _post(message_id: int) -> None:
             "message": {"id": message.id, "text": message.text, "at": message.created_at.isoformat()},
         }
     ).encode()
-    delivered, _attempts = await handoffs.post_webhook(f"handoff={handoff.id} message={message.id}", body)
+    delivered, _attempts = await handoff_webhook.post_webhook(f"handoff={handoff.id} message={message.id}", body)
     status = Handoff.Delivery.SENT if delivered else Handoff.Delivery.FAILED
     await database_sync_to_async(Message.objects.filter(pk=message_id).update)(webhook_status=status)
 
 
-# --- to the visitor's tabs -----------------------------------------------------------------------
-
-
-def agent_frame(message: Message) -> dict[str, Any]:
-    return {
-        "type": "agent.message",
-        "id": message.id,
-        "text": message.text,
-        "author": message.author,
-        "at": message.created_at.isoformat(),
-    }
-
-
-def visitor_frame(message: Message) -> dict[str, Any]:
-    return {"type": "visitor.message", "id": message.id, "text": message.text, "at": message.created_at.isoformat()}
-
-
-def state_frame(handoff: Handoff) -> dict[str, Any]:
-    return {"type": "handoff.updated", "handoff": handoffs.handoff_state(handoff)}
+# --- the visitor's page --------------------------------------------------------------------------
 
 
 def as_history(message: Message) -> dict[str, Any]:
@@ -253,36 +250,7 @@ def as_history(message: Message) -> dict[str, Any]:
     }
 
 
-def tell(conversation_id: int, *frames: dict[str, Any]) -> None:
-    """From sync code (the admin, the helpdesk's API): frames to every open
-    tab of the conversation's visitor, on every process."""
-    visitor = Conversation.objects.filter(pk=conversation_id).values_list("visitor_hash", flat=True).first()
-    if not visitor:
-        return  # erased, or the visitor started over: nobody to tell
-    try:
-        async_to_sync(_tell_all)(visitor, frames)
-    except Exception:
-        # Stored all the same: the visitor sees it in their history, or by email.
-        logger.exception("conversation=%s: the visitor's tabs could not be told", conversation_id)
-
-
-async def _tell_all(visitor: str, frames: tuple[dict[str, Any], ...]) -> None:
-    for frame in frames:
-        await tell_async(visitor, frame)
-
-
-def group(visitor: str) -> str:
-    """The channel-layer group of the processes with tabs of a visitor (chat/engine/hub.py)."""
-    return f"visitor.{visitor}"
-
-
-async def tell_async(visitor: str, frame: dict[str, Any]) -> None:
-    """A frame to every open tab of a visitor, on every process: each
-    process's hub hands it to its tabs of theirs (hub.tell)."""
-    await get_channel_layer().group_send(group(visitor), {"type": "hub.tell", "visitor": visitor, "frame": frame})
-
-
-def seen(message_ids: list[int]) -> None:
+def mark_seen(message_ids: list[int]) -> None:
     """These replies were shown in a tab of the visitor: no email for them."""
     if message_ids:
         Message.objects.filter(pk__in=message_ids, seen_at=None).update(seen_at=timezone.now())
@@ -291,7 +259,7 @@ def seen(message_ids: list[int]) -> None:
 # --- by email, when no tab showed it ---------------------------------------------------------------
 
 
-def link(conversation: Conversation) -> str:
+def continue_link(conversation: Conversation) -> str:
     """The way back to a conversation, for the visitor's email: signed, and
     good for KOOKEE_REPLY_LINK_DAYS."""
     token = _link_signer.sign(str(conversation.public_id))
@@ -322,7 +290,7 @@ async def email_unseen() -> int:
     sent = 0
     for to, subject, body, ids in batches:
         try:
-            # A thread of its own, as for Support's emails (chat/support/handoffs.py).
+            # A thread of its own, as for Support's emails (chat/support/handoff_email.py).
             await sync_to_async(send_mail, thread_sensitive=False)(subject, body, None, [to], fail_silently=False)
             sent += 1
         except Exception:
@@ -365,7 +333,7 @@ def _visitor_email(conversation: Conversation, messages: list[Message]) -> tuple
         for message in messages:
             lines += [f"{message.author}:", *message.text.splitlines(), ""]
         lines += [
-            _("Continue the conversation: %(url)s") % {"url": link(conversation)},
+            _("Continue the conversation: %(url)s") % {"url": continue_link(conversation)},
             _("The link works for %(days)s days.") % {"days": settings.KOOKEE_REPLY_LINK_DAYS},
         ]
         return _("A reply to your question"), "\n".join(lines)

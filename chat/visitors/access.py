@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import zlib
 from datetime import timedelta
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from django.conf import settings
 from django.contrib.sessions.backends.base import SessionBase
@@ -16,6 +17,9 @@ from django.utils import timezone
 from chat.models import Conversation, Handoff, RevokedKey
 from chat.visitors import embed
 from chat.visitors.identity import Visitor, hash_key
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 # Starting over and erasure: ids only, never a key, a hash or any text.
 privacy_log = logging.getLogger("kookee.privacy")
@@ -75,7 +79,13 @@ def forget_visitor(visitor: str) -> None:
     privacy_log.info("a visitor started over: key revoked, %s conversation(s) detached", detached)
 
 
-def conversation_for(visitor: Visitor, conversation_id: int | None, replacing: int | None = None) -> Conversation:
+class Claimed(TypedDict):
+    claimed: bool  # whether a person has the conversation (chat/support/replies.py)
+
+
+def conversation_for(
+    visitor: Visitor, conversation_id: int | None, replacing: int | None = None
+) -> WithAnnotations[Conversation, Claimed]:
     """The visitor's conversation, locked for this transaction; created at
     their first message (or request for a person), and never before: a
     conversation is what a visitor asked. `conversation_id` is the one their
@@ -95,11 +105,15 @@ def conversation_for(visitor: Visitor, conversation_id: int | None, replacing: i
         if replacing is not None and conversation_id == replacing:
             conversation_id = None
     if conversation_id is None:
-        conversation = Conversation.objects.create(visitor_hash=visitor.hash, source_url=visitor.page)
-        conversation.claimed = False
-        return conversation
+        # As the annotation below would say of it: nobody has a new conversation.
+        created = cast(
+            "WithAnnotations[Conversation, Claimed]",
+            Conversation.objects.create(visitor_hash=visitor.hash, source_url=visitor.page),
+        )
+        created.claimed = False
+        return created
     # The lock makes a message racing in from another process wait here;
-    # its insert then meets this turn (the constraint: records.Busy).
+    # its insert then meets this turn (the constraint: records.TurnAlreadyRunning).
     # `claimed`, read in the same statement: whether a person has it, and
     # the visitor's words go to them (chat/support/replies.py).
     conversation = (

@@ -1,4 +1,4 @@
-"""Turns' database work runs most urgent first (chat/engine/bookkeeping.py),
+"""Turns' database work runs most urgent first (chat/engine/db_lane.py),
 and a saturated process refuses new sockets with 4503 at once
 (chat/engine/capacity.py)."""
 
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from chat.engine import bookkeeping, capacity
-from chat.engine.bookkeeping import Lane
+from chat.engine import capacity, db_lane
 from chat.engine.consumers import CLOSE_BUSY
+from chat.engine.db_lane import Lane
 from chat.ops import metrics
 from tests.chat.chat_client import ChatClient
 
@@ -31,14 +31,14 @@ async def test_a_start_goes_ahead_of_ends_and_tool_rounds_that_asked_first():
     lane = _thread_lane(1)
     gate = threading.Event()
     ran: list[str] = []
-    blocker = asyncio.ensure_future(lane.run(bookkeeping.URGENT, gate.wait))
+    blocker = asyncio.ensure_future(lane.run(db_lane.URGENT, gate.wait))
     await asyncio.sleep(0.05)
     jobs = [
         asyncio.ensure_future(lane.run(slack, ran.append, name))
         for slack, name in [
-            (bookkeeping.LATER, "end"),
-            (bookkeeping.SOON, "tool round"),
-            (bookkeeping.URGENT, "start"),
+            (db_lane.LATER, "end"),
+            (db_lane.SOON, "tool round"),
+            (db_lane.URGENT, "start"),
         ]
     ]
     await asyncio.sleep(0.05)
@@ -53,11 +53,11 @@ async def test_an_end_waits_no_longer_than_its_slack_however_many_starts_come():
     lane = _thread_lane(1)
     ran: list[str] = []
     gate = threading.Event()
-    blocker = asyncio.ensure_future(lane.run(bookkeeping.URGENT, gate.wait))
+    blocker = asyncio.ensure_future(lane.run(db_lane.URGENT, gate.wait))
     await asyncio.sleep(0.01)
     end = asyncio.ensure_future(lane.run(0.05, ran.append, "end"))
     await asyncio.sleep(0.1)  # the end's deadline passes
-    starts = [asyncio.ensure_future(lane.run(bookkeeping.URGENT, ran.append, f"start {n}")) for n in range(3)]
+    starts = [asyncio.ensure_future(lane.run(db_lane.URGENT, ran.append, f"start {n}")) for n in range(3)]
     gate.set()
     await asyncio.gather(blocker, end, *starts)
     assert ran[0] == "end"
@@ -117,10 +117,10 @@ async def test_turns_late_database_work_does_not_refuse_new_visitors(settings, m
     # The turns' queue is the visitors' own: refusing newcomers sheds none of it.
     settings.KOOKEE_SATURATION_MS = 100
     lane = _thread_lane(2)
-    monkeypatch.setitem(bookkeeping._lanes, asyncio.get_running_loop(), lane)
+    monkeypatch.setitem(db_lane._lanes, asyncio.get_running_loop(), lane)
     gate = threading.Event()
     held = [asyncio.ensure_future(lane.run(0, gate.wait)) for _ in range(lane.width)]
-    waiting = asyncio.ensure_future(lane.run(bookkeeping.URGENT, lambda: None))
+    waiting = asyncio.ensure_future(lane.run(db_lane.URGENT, lambda: None))
     try:
         await asyncio.sleep(0.3)  # the start waits three times the bound
         assert lane.waiting == 1

@@ -88,7 +88,7 @@ async def test_a_help_question_is_two_generations(chat, use_provider, articles):
 
 async def test_a_help_question_takes_fourteen_statements_of_the_database(chat, use_provider, articles, monkeypatch):
     # Every statement is a trip to the one database thread that every turn's
-    # first character may wait behind (chat/engine/bookkeeping.py). A turn of
+    # first character may wait behind (chat/engine/db_lane.py). A turn of
     # a known conversation: 5 to start it (conversation, limits, history,
     # budget hold, insert), 4 for its tool round (generation, tool call,
     # budget top-up, the turn's hold), 5 to end it (claim, generation,

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from chat.engine import records
+from chat.engine import records, sweeper
 from chat.models import Conversation, Generation, ToolCall, Turn
 from tests.chat.chat_client import ChatClient
 from tests.provider import WaitFor, answer, finish, text, tool_fragment, usage
@@ -125,7 +125,7 @@ def stale_turn(*, minutes_ago=5, checkpoint_round=2, recorded_rounds=1):
 
 def test_the_sweeper_closes_and_bills_a_turn_a_dead_process_left():
     turn = stale_turn()
-    assert records.close_stale_turns(stale_after_seconds=30) == [(turn.conversation.visitor_hash, turn.id)]
+    assert sweeper.close_stale_turns(stale_after_seconds=30) == [(turn.conversation.visitor_hash, turn.id)]
     turn.refresh_from_db()
     assert (turn.status, turn.interrupted, turn.stop_reason, turn.error) == ("interrupted", True, "process_lost", "")
     assert turn.assistant_text == "Checkpointed text"
@@ -137,14 +137,14 @@ def test_the_sweeper_closes_and_bills_a_turn_a_dead_process_left():
 
 def test_the_sweeper_bills_once():
     turn = stale_turn()
-    records.close_stale_turns(stale_after_seconds=30)
-    assert records.close_stale_turns(stale_after_seconds=30) == []
+    sweeper.close_stale_turns(stale_after_seconds=30)
+    assert sweeper.close_stale_turns(stale_after_seconds=30) == []
     assert LedgerEntry.objects.filter(turn=turn).count() == 1
 
 
 def test_the_sweeper_leaves_live_turns_alone():
     turn = stale_turn(minutes_ago=0)
-    assert records.close_stale_turns(stale_after_seconds=30) == []
+    assert sweeper.close_stale_turns(stale_after_seconds=30) == []
     turn.refresh_from_db()
     assert turn.status == "streaming"
     assert not LedgerEntry.objects.filter(turn=turn).exists()
@@ -152,7 +152,7 @@ def test_the_sweeper_leaves_live_turns_alone():
 
 def test_a_recorded_round_is_not_estimated_again():
     turn = stale_turn(checkpoint_round=1, recorded_rounds=1)
-    records.close_stale_turns(stale_after_seconds=30)
+    sweeper.close_stale_turns(stale_after_seconds=30)
     assert turn.generations.count() == 1
     entry = LedgerEntry.objects.get(turn=turn)
     assert (entry.input_tokens, entry.output_tokens) == (100, 10)
@@ -185,7 +185,7 @@ async def test_a_failed_final_write_still_ends_the_turn_and_the_sweeper_bills_it
     assert await chat.communicator.receive_nothing(timeout=0.2)
     monkeypatch.undo()
 
-    closed = await database_sync_to_async(records.close_stale_turns)(stale_after_seconds=0)
+    closed = await database_sync_to_async(sweeper.close_stale_turns)(stale_after_seconds=0)
     assert [turn for _, turn in closed] == [turn_id]
     entries = await database_sync_to_async(LedgerEntry.objects.filter(turn_id=turn_id).count)()
     assert entries == 1

@@ -1,4 +1,4 @@
-"""Tabs and processes (chat/engine/hub.py): every tab follows the conversation's
+"""Tabs and processes (chat/engine/hub/): every tab follows the conversation's
 turn, a tab that comes in mid-turn is resumed, Stop works from any tab, the
 last tab's leaving starts the grace period.
 
@@ -286,7 +286,7 @@ async def test_a_process_shutting_down_starts_no_more_turns(tabs, use_provider):
 def test_a_second_turn_in_a_conversation_is_busy():
     visitor = Visitor.of(hash_key("someone"), None)
     conversation_id = records.start_turn(visitor, None, "first", "m").conversation_id
-    with pytest.raises(records.Busy):
+    with pytest.raises(records.TurnAlreadyRunning):
         records.start_turn(visitor, conversation_id, "second", "m")
     assert Turn.objects.count() == 1
 
@@ -322,7 +322,7 @@ def test_racing_messages_give_one_turn(first_message):
         try:
             records.start_turn(visitor, known, f"message {n}", "m")
             return "started"
-        except records.Busy:
+        except records.TurnAlreadyRunning:
             return "busy"
         finally:
             connections.close_all()

@@ -589,7 +589,7 @@ async def test_a_turn_holds_its_worst_case_while_it_runs_and_settles_at_its_end(
 
 
 async def test_the_sweeper_settles_a_turn_whose_process_died(settings, use_provider):
-    from chat.engine import records
+    from chat.engine import records, sweeper
 
     settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
 
@@ -604,7 +604,7 @@ async def test_the_sweeper_settles_a_turn_whose_process_died(settings, use_provi
 
     turn_id = await dead_turn()
     held = await network_spent("203.0.113.7/32")
-    closed = await database_sync_to_async(records.close_stale_turns)(30)
+    closed = await database_sync_to_async(sweeper.close_stale_turns)(30)
 
     assert [turn for _, turn in closed] == [turn_id]
     assert held > 400
@@ -697,14 +697,14 @@ def test_a_round_that_ends_after_a_sweeper_closed_its_turn_holds_nothing_more(se
     # Its process stalled past KOOKEE_STALE_TURN_SECONDS: another one's
     # sweeper closed, billed and settled the turn. What the late round would
     # add to the day's counters would never be settled.
-    from chat.engine import records
+    from chat.engine import records, sweeper
     from chat.engine.rounds import Round
 
     settings.KOOKEE_MAX_OUTPUT_TOKENS = 100
     visitor = Visitor.of(hash_key("stalled"), "203.0.113.7")
     started = records.start_turn(visitor, None, "hi", "gpt-4o-mini", tool_chars=900)
     Turn.objects.filter(pk=started.turn_id).update(heartbeat_at=timezone.now() - timedelta(minutes=5))
-    records.close_stale_turns(30)
+    sweeper.close_stale_turns(30)
     settled = DayBudget.objects.get(key=limits.network_key("203.0.113.7/32")).tokens
 
     rnd = Round(number=1, prompt_chars=100, finish_reason="tool_calls")

@@ -299,7 +299,7 @@ async def test_a_reply_nobody_saw_goes_by_email_once_with_a_link_back(chat, use_
 
 def test_a_forged_or_expired_link_leads_nowhere(settings):
     conversation = Conversation.objects.create(visitor_hash="someone")
-    good = replies.link(conversation).split("/conversation/")[1].rstrip("/")
+    good = replies.continue_link(conversation).split("/conversation/")[1].rstrip("/")
     assert Client().get(f"/conversation/{good}x/").status_code == 410
     settings.KOOKEE_REPLY_LINK_DAYS = -1
     assert Client().post(f"/conversation/{good}/").status_code == 410

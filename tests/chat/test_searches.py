@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from billing.models import LedgerEntry
-from chat.engine import records
+from chat.engine import sweeper
 from chat.models import Conversation, Generation, Search, ToolCall, Turn
 from chat.support import erasure
 from chat.support import searches as search_records
@@ -339,7 +339,7 @@ def test_the_sweeper_stores_the_searches_of_a_turn_it_closes():
     call_command("load_demo_help_center", stdout=io.StringIO())
     turn = stale_turn_with_searches(f"Let me look.\n\nSee [the guide]({WIDGET_URL})", ANSWERED, "pay with bitcoin")
 
-    assert records.close_stale_turns(stale_after_seconds=30) == [("dead-process", turn.id)]
+    assert sweeper.close_stale_turns(stale_after_seconds=30) == [("dead-process", turn.id)]
 
     stored = list(Search.objects.filter(turn=turn).order_by("id"))
     assert [(s.query, s.terms, s.matched, s.cited) for s in stored] == [
@@ -350,7 +350,7 @@ def test_the_sweeper_stores_the_searches_of_a_turn_it_closes():
     assert stored[0].top_score == search_help_center_sync(ANSWERED)["top_score"]
     assert stored[1].article_ids == []
     # Once: a second sweep finds nothing to close.
-    assert records.close_stale_turns(stale_after_seconds=30) == []
+    assert sweeper.close_stale_turns(stale_after_seconds=30) == []
     assert Search.objects.filter(turn=turn).count() == 2
 
 

@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from chat.engine import records
+from chat.engine import sweeper
 
 
 class Command(BaseCommand):
@@ -16,5 +16,5 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, stale_after: float, **options) -> None:
-        closed = records.close_stale_turns(stale_after)
+        closed = sweeper.close_stale_turns(stale_after)
         self.stdout.write(f"Closed {len(closed)} stale turn(s).")

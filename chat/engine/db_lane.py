@@ -1,4 +1,5 @@
-"""A turn's database work, most urgent first.
+"""The database thread's priority lane: a turn's database work, most urgent
+first.
 
 Channels runs a process's database calls on one thread, in the order they
 were asked. Under load a turn's start, which the visitor's first character
@@ -67,7 +68,8 @@ class Lane:
                     self._next()  # handed over, and not taken: to the next one
                 raise
         try:
-            return await self._call(function)(*args, **kwargs)
+            result: T = await self._call(function)(*args, **kwargs)
+            return result
         finally:
             self._next()
 
