@@ -1,4 +1,4 @@
-"""Fits the search's confidence (helpcenter/search.py, CONFIDENCE_*) on the
+"""Fits the search's confidence (helpcenter/fusion.py, CONFIDENCE_*) on the
 tuning half of make eval's questions: the demo help center's and the real
 manuals' (bench/manuals.py imports them). Every article a search returns
 is one example: its evidence, and whether it is a right page.
@@ -6,7 +6,7 @@ is one example: its evidence, and whether it is a right page.
 A logistic model, weighted so that each corpus and each kind (answerable,
 unanswerable) counts alike, then a threshold chosen where the fewest
 answerable questions lose their right page's "high" while unanswerable ones
-stay flagged. It prints the weights to paste into search.py, and what they
+stay flagged. It prints the weights to paste into fusion.py, and what they
 do on the tuning half.
 
     .venv/bin/python bench/calibrate.py [--manuals gimp,debian-faq,django] [--configs words,default]
@@ -53,7 +53,7 @@ def evidence_worker() -> None:
 
     sys.path.insert(0, str(ROOT))
     django.setup()
-    from helpcenter import embeddings, index, indexer, search
+    from helpcenter import embeddings, fusion, index, indexer, search
     from helpcenter.models import Article
 
     indexer.ENABLED = False
@@ -78,7 +78,7 @@ def evidence_worker() -> None:
             each.append(
                 [
                     {"url": urls.get(c.shown, ""), "evidence": c.evidence}
-                    for c in search.candidates(snapshot, question["q"], near, question["lang"])
+                    for c in fusion.candidates(snapshot, question["q"], near, question["lang"])
                 ]
             )
         found.append(each)
@@ -86,11 +86,19 @@ def evidence_worker() -> None:
 
 
 def _set(name: str, value: Any) -> None:
-    """A constant of helpcenter.search, or of another of its modules ("ranking.TITLE_BONUS")."""
+    """A constant of the search's: of helpcenter.fusion and helpcenter.search
+    (each that has it: RESULTS is both's), or of another of its modules
+    ("ranking.TITLE_BONUS")."""
     import importlib
 
     module, _, constant = name.rpartition(".")
-    setattr(importlib.import_module(f"helpcenter.{module or 'search'}"), constant, value)
+    names = [module] if module else ["fusion", "search"]
+    modules = [importlib.import_module(f"helpcenter.{part}") for part in names]
+    found = [m for m in modules if module or hasattr(m, constant)]
+    if not found:
+        raise AttributeError(f"no constant {name} in helpcenter.fusion nor helpcenter.search")
+    for found_module in found:
+        setattr(found_module, constant, value)
 
 
 def manual_examples(name: str, config: str, grid: list[dict[str, float]]) -> list[list[dict[str, Any]]]:
@@ -140,7 +148,7 @@ def demo_examples(config: str, grid: list[dict[str, float]]) -> list[list[dict[s
     django.setup()
     import eval as demo
 
-    from helpcenter import embeddings, search
+    from helpcenter import embeddings, fusion
 
     snapshot = demo._snapshot(embeddings.Local(embeddings.LOCAL_MODEL) if config == "default" else None)
     embedder = embeddings.Local(embeddings.LOCAL_MODEL) if config == "default" else None
@@ -151,7 +159,7 @@ def demo_examples(config: str, grid: list[dict[str, float]]) -> list[list[dict[s
         for point, values in enumerate(grid):
             for name, value in values.items():
                 _set(name, value)
-            for rank, c in enumerate(search.candidates(snapshot, question["text"], near, question["lang"])):
+            for rank, c in enumerate(fusion.candidates(snapshot, question["text"], near, question["lang"])):
                 right = demo.slug_of(snapshot.index.by_id[c.shown].url) in slugs
                 examples[point].append(
                     {
@@ -223,7 +231,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--manuals", default="gimp,debian-faq,django")
     parser.add_argument("--configs", default="words,default")
-    parser.add_argument("--grid", default="[{}]", help="JSON: a list of {CONSTANT: value} for helpcenter.search")
+    parser.add_argument("--grid", default="[{}]", help="JSON: a list of {CONSTANT: value} for the search (_set)")
     parser.add_argument("--misses", action="store_true")
     parser.add_argument("--dump", help="write the examples to this file (CONFIG: the configuration's name)")
     parser.add_argument("--evidence-worker", action="store_true", help=argparse.SUPPRESS)

@@ -611,7 +611,7 @@ def main(argv: list[str] | None = None) -> None:
     names = args.manuals.split(",") if args.manuals else [p.stem for p in sorted(MANUALS.glob("*.json"))]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     if "rerank" in configs and not os.environ.get("KOOKEE_RERANK_MODEL"):
-        raise SystemExit("--configs rerank reranks with the endpoint KOOKEE_RERANK_MODEL and KOOKEE_RERANK_BASE_URL name")
+        raise SystemExit("--configs rerank needs a reranker: KOOKEE_RERANK_MODEL and KOOKEE_RERANK_BASE_URL")
     if not names or any(c not in CONFIGS for c in configs):
         raise SystemExit(f"give manuals (bench/eval/manuals/ has none?) and configurations among {', '.join(CONFIGS)}")
     report: dict[str, Any] = {}

@@ -39,6 +39,10 @@ try:
     from chat.engine import offline
 except ImportError:  # an earlier commit, before chat had rooms (bench/before.sh)
     from chat import offline
+try:
+    from chat.engine.offline_transport import chunks as offline_chunks
+except ImportError:  # an earlier commit, before the chunks left chat/engine/offline.py
+    offline_chunks = offline._events
 
 
 class Options:
@@ -189,7 +193,7 @@ def _reply_events(request: dict[str, Any]) -> list[dict[str, Any]]:
     reply = offline.respond(messages, tools, request.get("tool_choice"))
     if Options.words and not reply.queries:
         reply.text = _padded(reply.text, Options.words)
-    return offline._events({**request, "stream_options": {"include_usage": True}}, reply)
+    return offline_chunks({**request, "stream_options": {"include_usage": True}}, reply)
 
 
 def _chunked(data: bytes) -> bytes:

@@ -1,189 +1,39 @@
 """Finance's admin: the usage ledger (read-only for everyone) with its totals,
-daily chart, CSV export and monthly summary, and the price table.
+daily chart, CSV export and monthly summary; what embeddings cost; what the
+estimates are based on. The ledger's filters are billing/ledger_filters.py's;
+the price table is billing/price_admin.py's (imported here: it registers).
 
 Nothing here reads a turn's row beyond its status: the transcript text lives
 there, and finance never sees it (nor loads it)."""
 
 from __future__ import annotations
 
-import re
 from datetime import date, timedelta
 
-from django import forms
 from django.conf import settings
-from django.contrib import admin, messages
-from django.contrib.admin.options import IncorrectLookupParameters
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import formats, timezone
-from django.utils.html import format_html
-from django.utils.http import urlencode
-from django.utils.translation import gettext, gettext_noop, ngettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from base.admin import MAX_YEAR, MIN_YEAR, BadFilterValue, ModelAdmin, WrittenByTheApp, bad_filter
+from base.admin import ModelAdmin, WrittenByTheApp, bad_filter
 from billing import calibration, charts, days, exports, reports, tokens
-from billing.models import Calibration, EmbeddingEntry, LedgerEntry, Price
-from billing.services import price_for
+from billing.ledger_filters import BAD_FILTER, CHART_DAYS, BilledTurnStatusFilter, DateRangeFilter, PricedFilter
+from billing.models import Calibration, EmbeddingEntry, LedgerEntry
+from billing.price_admin import warn_unpriced
 from billing.templatetags.billing_admin import grouped, money, rate
 
-CHART_DAYS = 30
+# The chart never shows more days than this, whatever the date filter says.
 MAX_CHART_DAYS = 366
-
-
-# The days a date filter may name: wider than any ledger, and far enough
-# inside date.min and date.max that the day after `until`, the chart's days
-# before it and midnight in any time zone all exist.
-FIRST_DAY, LAST_DAY = date(MIN_YEAR, 1, 1), date(MAX_YEAR, 12, 31)
-ISO_DAY = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
-# Enough of a refused value to recognise it by, in the 400's message.
-SHOWN_CHARS = 40
-
-
-class BadDate(BadFilterValue):
-    """A date filter's value that names no day the ledger can count from.
-
-    Deliberately not an IncorrectLookupParameters: for that, the list page
-    redirects to ?e=1, whose page blames the database. Every list that uses
-    the filter answers 400 instead (base/admin.py), as do the ledger's other
-    pages, and says which value is wrong."""
-
-
-def _parse_day(param: str, value: str) -> date:
-    """`value` as a day between FIRST_DAY and LAST_DAY; BadDate otherwise."""
-    shown = {"param": param, "value": repr(value if len(value) <= SHOWN_CHARS else value[:SHOWN_CHARS] + "…")}
-    match = ISO_DAY.fullmatch(value)
-    try:
-        day = date(*map(int, match.groups())) if match else None
-    except ValueError:  # 2026-02-30, 0000-01-01
-        day = None
-    if day is None:
-        raise BadDate(gettext("%(param)s: %(value)s is not a date (YYYY-MM-DD).") % shown)
-    if not FIRST_DAY <= day <= LAST_DAY:
-        message = gettext("%(param)s: %(value)s is out of range (%(first)s to %(last)s).")
-        raise BadDate(message % {**shown, "first": FIRST_DAY.isoformat(), "last": LAST_DAY.isoformat()})
-    return day
-
-
-# What a ledger page's filters can raise: each is the request's fault.
-BAD_FILTER = (IncorrectLookupParameters, ValidationError, BadFilterValue)
-
-
-class DateRangeFilter(admin.FieldListFilter):
-    """From and to dates (both included, in the site's time zone), typed in or
-    picked from a few common ranges."""
-
-    template = "admin/billing/date_range_filter.html"
-
-    def __init__(self, field, request, params, model, model_admin, field_path):
-        self.param_since = f"{field_path}__date__gte"
-        self.param_until = f"{field_path}__date__lte"
-        super().__init__(field, request, params, model, model_admin, field_path)
-        self.since = self._date(self.param_since)
-        self.until = self._date(self.param_until)
-        # The sidebar form sends the other filters and the ordering along.
-        self.other_params = [
-            (name, value)
-            for name, values in request.GET.lists()
-            if name not in (self.param_since, self.param_until, "p", "e")
-            for value in values
-        ]
-
-    def _date(self, param: str) -> date | None:
-        # Every value is parsed, though the last one counts: none is ignored unread.
-        given = [_parse_day(param, value) for value in self.used_parameters.get(param) or [] if value]
-        return given[-1] if given else None
-
-    def expected_parameters(self) -> list[str]:
-        return [self.param_since, self.param_until]
-
-    def queryset(self, request, queryset):
-        # A range on the column itself, not on its date: the index serves it.
-        if self.since:
-            queryset = queryset.filter(**{f"{self.field_path}__gte": days.day_start(self.since)})
-        if self.until:
-            queryset = queryset.filter(**{f"{self.field_path}__lt": days.day_start(self.until + timedelta(days=1))})
-        return queryset
-
-    def get_facet_counts(self, pk_attname, filtered_qs) -> dict:
-        return {}
-
-    def _ranges(self) -> list[tuple[str, date | None, date | None]]:
-        today = days.today()
-        month_start = today.replace(day=1)
-        last_month_end = month_start - timedelta(days=1)
-        return [
-            (gettext("Any date"), None, None),
-            (gettext("Today"), today, today),
-            (gettext("Last 7 days"), today - timedelta(days=6), today),
-            (gettext("Last 30 days"), today - timedelta(days=CHART_DAYS - 1), today),
-            (gettext("This month"), month_start, today),
-            (gettext("Last month"), last_month_end.replace(day=1), last_month_end),
-            (gettext("This year"), today.replace(month=1, day=1), today),
-        ]
-
-    def choices(self, changelist):
-        for title, since, until in self._ranges():
-            params = {self.param_since: since.isoformat(), self.param_until: until.isoformat()} if since else {}
-            yield {
-                "selected": (self.since, self.until) == (since, until),
-                "query_string": changelist.get_query_string(params, [self.param_since, self.param_until]),
-                "display": title,
-            }
-
-
-class TurnStatusFilter(admin.ChoicesFieldListFilter):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.title = gettext("turn status")
-
-
-class PricedFilter(admin.SimpleListFilter):
-    title = _("price")
-    parameter_name = "priced"
-
-    def lookups(self, request, model_admin):
-        return [("yes", gettext("Priced")), ("no", gettext("Unpriced"))]
-
-    def queryset(self, request, queryset):
-        if self.value() in ("yes", "no"):
-            return queryset.filter(cost__isnull=self.value() == "no")
-        return queryset
-
-
 # The conversation a ledger list is narrowed to, from the per-conversation page.
 CONVERSATION_LOOKUP = "turn__conversation__public_id"
 PER_CONVERSATION_ROWS = 200
-UNPRICED_WINDOW = timedelta(days=30)
-
-
-def unpriced_models() -> list[str]:
-    """Models billed in the last 30 days that have no price in force now:
-    their turns are being recorded as unpriced."""
-    since = timezone.now() - UNPRICED_WINDOW
-    models = LedgerEntry.objects.filter(created_at__gte=since).order_by().values_list("model", flat=True).distinct()
-    return sorted(model for model in models if price_for(model) is None)
-
-
-def warn_unpriced(request: HttpRequest, admin_site) -> None:
-    models = unpriced_models()
-    if models:
-        prices = reverse(f"{admin_site.name}:billing_price_changelist")
-        messages.warning(
-            request,
-            format_html(
-                gettext(
-                    "No price in force for {models}: their turns are recorded as unpriced (no cost). "
-                    '<a href="{url}">Add a price</a>.'
-                ),
-                models=", ".join(models),
-                url=prices,
-            ),
-        )
 
 
 @admin.register(LedgerEntry)
@@ -196,7 +46,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         "model",
         "estimated",
         PricedFilter,
-        ("turn__status", TurnStatusFilter),
+        ("turn__status", BilledTurnStatusFilter),
     ]
     # Never the turn: its row holds the transcript. Its status is annotated.
     list_select_related = ()
@@ -391,15 +241,6 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         return response
 
 
-# Marked only: translated where shown, so that it stays a str here.
-PRICE_HELP = gettext_noop(
-    "A price applies to turns that start from its effective date on, and each ledger entry records the "
-    "price and rates it was billed at. A price that any entry used is history: it cannot be changed or "
-    "deleted. To change it, supersede it: add a row with the same model and the date the new rates take "
-    "effect. Model names match in any case, and the longest matching name wins."
-)
-
-
 @admin.register(EmbeddingEntry)
 class EmbeddingEntryAdmin(WrittenByTheApp, ModelAdmin):
     """What embeddings cost, read-only: the help center's indexing, and the
@@ -427,108 +268,6 @@ class EmbeddingEntryAdmin(WrittenByTheApp, ModelAdmin):
     @admin.display(description=_("cost (USD)"), ordering="cost")
     def usd(self, entry: EmbeddingEntry) -> str:
         return money(entry.cost)
-
-
-class PriceForm(forms.ModelForm):
-    class Meta:
-        model = Price
-        fields = ["model", "input_per_million", "cached_input_per_million", "output_per_million", "effective_from"]
-        help_texts = {
-            "effective_from": _("Turns that start from this moment on use this price; earlier entries keep theirs."),
-        }
-
-    def clean_model(self) -> str:
-        model = self.cleaned_data["model"].strip()
-        if not model:
-            raise ValidationError(gettext("Give a model name."))
-        return model
-
-    def clean(self):
-        # Used since the page was opened: history now (the save would refuse).
-        if self.instance.in_use:
-            raise ValidationError(gettext("Ledger entries have been billed at this price since: supersede it instead."))
-        return super().clean()
-
-
-@admin.register(Price)
-class PriceAdmin(ModelAdmin):
-    form = PriceForm
-    list_display = ["model", "input_price", "cached_input_price", "output_price", "effective", "state", "use"]
-    list_filter = ["model"]
-    search_fields = ["model"]
-    fieldsets = [(None, {"fields": PriceForm.Meta.fields, "description": _(PRICE_HELP)})]
-    change_list_template = "admin/billing/help_change_list.html"
-    change_form_template = "admin/billing/price/change_form.html"
-
-    def get_queryset(self, request):
-        newer_in_force = Price.objects.filter(
-            model__iexact=OuterRef("model"),
-            effective_from__gt=OuterRef("effective_from"),
-            effective_from__lte=timezone.now(),
-        )
-        used = LedgerEntry.objects.filter(price=OuterRef("pk"))
-        return super().get_queryset(request).annotate(superseded=Exists(newer_in_force), used=Exists(used))
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # A used price is history: its page shows it, read-only.
-        return super().has_change_permission(request, obj) and not (obj is not None and obj.in_use)
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return super().has_delete_permission(request, obj) and not (obj is not None and obj.in_use)
-
-    def get_deleted_objects(self, objs, request):
-        # The bulk action: a used price among them is refused (protected).
-        deleted, model_count, perms_needed, protected = super().get_deleted_objects(objs, request)
-        billed = gettext("%(price)s (billed ledger entries)")
-        protected = [*protected, *(billed % {"price": price} for price in objs if price.in_use)]
-        return deleted, model_count, perms_needed, protected
-
-    def change_view(self, request, object_id, form_url="", extra_context=None):
-        price = self.get_object(request, object_id)
-        context = dict(extra_context or {})
-        if price is not None and price.in_use and self.has_add_permission(request):
-            context["supersede_url"] = self.supersede_url(price)
-        return super().change_view(request, object_id, form_url, context)
-
-    def supersede_url(self, price: Price) -> str:
-        """The add form, filled in with this price's model and rates."""
-        initial = {
-            "model": price.model,
-            "input_per_million": rate(price.input_per_million),
-            "cached_input_per_million": rate(price.cached_input_per_million),
-            "output_per_million": rate(price.output_per_million),
-        }
-        return reverse(f"{self.admin_site.name}:billing_price_add") + "?" + urlencode(initial)
-
-    @admin.display(description=_("input, USD / 1M tokens"), ordering="input_per_million")
-    def input_price(self, price: Price) -> str:
-        return rate(price.input_per_million)
-
-    @admin.display(description=_("cached input, USD / 1M"), ordering="cached_input_per_million")
-    def cached_input_price(self, price: Price) -> str:
-        return rate(price.cached_input_per_million) or gettext("as input")
-
-    @admin.display(description=_("output, USD / 1M tokens"), ordering="output_per_million")
-    def output_price(self, price: Price) -> str:
-        return rate(price.output_per_million)
-
-    @admin.display(description=_("effective from"), ordering="effective_from")
-    def effective(self, price: Price) -> str:
-        return formats.date_format(timezone.localtime(price.effective_from, days.zone()), "SHORT_DATETIME_FORMAT")
-
-    @admin.display(description=_("state"))
-    def state(self, price: Price) -> str:
-        if price.effective_from > timezone.now():
-            return gettext("scheduled")
-        return gettext("superseded") if price.superseded else gettext("in force")
-
-    @admin.display(description=_("billed"))
-    def use(self, price: Price) -> str:
-        return gettext("used: supersede to change") if price.used else gettext("not used yet")
-
-    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
-        warn_unpriced(request, self.admin_site)
-        return super().changelist_view(request, {"page_help": gettext(PRICE_HELP), **(extra_context or {})})
 
 
 @admin.register(Calibration)

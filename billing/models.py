@@ -1,3 +1,5 @@
+from typing import Any, TypeVar
+
 from django.db import models
 from django.db.models.functions import Lower
 from django.utils import timezone
@@ -6,12 +8,14 @@ from django.utils.translation import gettext_lazy as _
 
 from billing.tokens import CHARS_PER_TOKEN
 
+_Entry = TypeVar("_Entry", bound=models.Model)
 
-class AppendOnlyQuerySet(models.QuerySet):
-    def update(self, **kwargs):
+
+class AppendOnlyQuerySet(models.QuerySet[_Entry]):
+    def update(self, **kwargs: Any) -> int:
         raise ValueError("Ledger entries are append-only.")
 
-    def delete(self):
+    def delete(self) -> tuple[int, dict[str, int]]:
         raise ValueError("Ledger entries are append-only.")
 
 
@@ -23,12 +27,12 @@ class AppendOnly(models.Model):
     class Meta:
         abstract = True
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             raise ValueError("Ledger entries are append-only.")
         super().save(*args, **kwargs)
 
-    def delete(self, *args, **kwargs):
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise ValueError("Ledger entries are append-only.")
 
 
@@ -124,8 +128,8 @@ class PriceInUse(ValueError):
     """A price that a ledger entry used is history: supersede it instead."""
 
 
-class PriceQuerySet(models.QuerySet):
-    def update(self, **kwargs):
+class PriceQuerySet(models.QuerySet["Price"]):
+    def update(self, **kwargs: Any) -> int:
         if (
             LedgerEntry.objects.filter(price__in=self).exists()
             or EmbeddingEntry.objects.filter(price__in=self).exists()
@@ -178,7 +182,7 @@ class Price(models.Model):
     def __str__(self) -> str:
         return gettext("%(model)s from %(date)s") % {"model": self.model, "date": f"{self.effective_from:%Y-%m-%d}"}
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         if self.in_use:
             raise PriceInUse(f"{self} was used by ledger entries: add a later price instead of changing it.")
         super().save(*args, **kwargs)

@@ -10,6 +10,7 @@ import re
 import time
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
@@ -75,7 +76,7 @@ def _all_prices() -> list[Price]:
 
 @receiver(post_save, sender=Price)
 @receiver(post_delete, sender=Price)
-def forget_prices(**kwargs) -> None:
+def forget_prices(**kwargs: Any) -> None:
     global _prices
     _prices = None
 
@@ -112,7 +113,8 @@ def _mark_used(price_id: int) -> None:
     cached = _prices
     for price in cached[1] if cached else ():
         if price.pk == price_id:
-            price.used = True
+            # The annotation _all_prices reads them with; the stubs type no annotation on a plain Price.
+            price.used = True  # type: ignore[attr-defined]
 
 
 def _same(fresh: Price, cached: Price) -> bool:
@@ -158,15 +160,17 @@ def bill_once(
                 estimated=estimated,
                 cost=None if price is None else cost_of(price, input_tokens, output_tokens, cached_input_tokens),
                 price=price,
-                input_per_million=price and price.input_per_million,
-                cached_input_per_million=price and price.cached_input_per_million,
-                output_per_million=price and price.output_per_million,
+                input_per_million=None if price is None else price.input_per_million,
+                cached_input_per_million=None if price is None else price.cached_input_per_million,
+                output_per_million=None if price is None else price.output_per_million,
             )
     except IntegrityError:
         return LedgerEntry.objects.get(turn_id=turn_id)
 
 
-def bill_embedding(purpose: str, model: str, input_tokens: int, *, turn_id: int | None = None, passages: int = 0):
+def bill_embedding(
+    purpose: str, model: str, input_tokens: int, *, turn_id: int | None = None, passages: int = 0
+) -> EmbeddingEntry:
     """Writes one embedding entry: an indexing batch, or a turn's search.
     Priced now, by the model's input rate; NULL when unpriced."""
     price = _price_in_force(model, None)
@@ -182,5 +186,5 @@ def bill_embedding(purpose: str, model: str, input_tokens: int, *, turn_id: int 
         passages=passages,
         cost=None if price is None else cost_of(price, input_tokens, 0),
         price=price,
-        input_per_million=price and price.input_per_million,
+        input_per_million=None if price is None else price.input_per_million,
     )

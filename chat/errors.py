@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import override
 
 from chat.vocabulary import Code
 
-MESSAGES = {
+# Keyed by str: a code read off the wire looks its message up as it is.
+MESSAGES: dict[str, Promise] = {
     # Frames the server could not take.
     # (Malformed frames, which the page never sends, are told apart by the
     # consumer's own messages: see chat/engine/consumers.py.)

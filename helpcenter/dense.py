@@ -27,8 +27,8 @@ class Nearest:
         self._best = best = np.maximum.reduceat(cosines, dense.starts)
         # The closest `limit` articles, closest first: all that a fusion of
         # rankings can lift into the first few.
-        top = np.argpartition(-best, limit - 1)[:limit] if limit < len(best) else np.arange(len(best))
-        self.ranked = [dense.articles[i] for i in top[np.lexsort((top, -best[top]))]]
+        closest = np.argpartition(-best, limit - 1)[:limit] if limit < len(best) else np.arange(len(best))
+        self.ranked = [dense.articles[i] for i in closest[np.lexsort((closest, -best[closest]))]]
         # The best article's cosine in standard deviations above the
         # articles' mean: comparable across models, whose cosines are not.
         spread = float(best.std())

@@ -110,16 +110,21 @@ class Provider:
 
     def __init__(self, model: str, base_url: str, api_key: str, timeout: float) -> None:
         self.model = model
-        self._options = {"api_key": api_key or "not-needed", "base_url": base_url or None}
+        self._api_key = api_key or "not-needed"
+        self._base_url = base_url or None
         self._timeout = timeout
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
             weakref.WeakKeyDictionary()
         )
         # Indexing is in the background: a longer timeout, and the client's
         # own retries for a busy endpoint (429, 5xx), on top of the indexer's.
-        self._indexing = openai.OpenAI(**self._options, timeout=httpx2.Timeout(30.0, connect=5.0), max_retries=2)
+        self._indexing = openai.OpenAI(
+            api_key=self._api_key, base_url=self._base_url, timeout=httpx2.Timeout(30.0, connect=5.0), max_retries=2
+        )
         # A query from sync code (the help pages): a visitor waits.
-        self._searching = openai.OpenAI(**self._options, timeout=httpx2.Timeout(timeout), max_retries=0)
+        self._searching = openai.OpenAI(
+            api_key=self._api_key, base_url=self._base_url, timeout=httpx2.Timeout(timeout), max_retries=0
+        )
 
     def passages(self, texts: list[str]) -> Embedded:
         return self._create(self._indexing, texts)
@@ -140,7 +145,9 @@ class Provider:
         if client is None:
             # A visitor waits: no retries, and a short timeout.
             timeout = httpx2.Timeout(self._timeout)
-            client = self._clients[loop] = openai.AsyncOpenAI(**self._options, timeout=timeout, max_retries=0)
+            client = self._clients[loop] = openai.AsyncOpenAI(
+                api_key=self._api_key, base_url=self._base_url, timeout=timeout, max_retries=0
+            )
         try:
             response = await client.embeddings.create(model=self.model, input=[text], encoding_format="float")
         except openai.OpenAIError as e:
@@ -169,10 +176,11 @@ def _checked(vectors: np.ndarray, count: int) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     if np.any(norms == 0):
         raise EmbeddingError("a zero vector")
-    return (vectors / norms).astype(np.float32)
+    normalised: np.ndarray = (vectors / norms).astype(np.float32)
+    return normalised
 
 
-_embedder: tuple[tuple, Embedder | None] | None = None
+_embedder: tuple[tuple[Any, ...], Embedder | None] | None = None
 _embedder_lock = threading.Lock()
 
 
@@ -200,7 +208,7 @@ def model_name() -> str | None:
     return found.model if found else None
 
 
-def _config() -> tuple:
+def _config() -> tuple[Any, ...]:
     return (
         settings.KOOKEE_EMBEDDINGS,
         settings.KOOKEE_EMBEDDINGS_MODEL,

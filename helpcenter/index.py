@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
+from typing import Any
 
 import numpy as np
 from channels.db import database_sync_to_async
@@ -37,7 +38,7 @@ from helpcenter.models import Article, PassageVector, Source, language_of
 
 @dataclass(frozen=True)
 class Snapshot:
-    stamp: tuple
+    stamp: tuple[Any, ...]  # what the help center was built from (_stamp)
     index: ranking.Index
     titles: list[str]
     checked_at: float  # time.monotonic() of the last stamp check
@@ -109,7 +110,7 @@ def current_sync() -> Snapshot:
     return snapshot
 
 
-def _stamp() -> tuple:
+def _stamp() -> tuple[Any, ...]:
     # Unpublished articles count too: publishing one bumps its updated_at.
     found = Article.objects.aggregate(count=Count("id"), latest=Max("updated_at"))
     model = embeddings.model_name()
@@ -123,7 +124,7 @@ def published_passages() -> dict[int, list[passages.Passage]]:
     return {a.id: passages.split(a.id, a.title, a.body) for a in articles}
 
 
-def _build(stamp: tuple) -> Snapshot:
+def _build(stamp: tuple[Any, ...]) -> Snapshot:
     articles = (
         Article.objects.filter(published=True)
         .select_related("source")
@@ -134,7 +135,7 @@ def _build(stamp: tuple) -> Snapshot:
     dense, missing = _dense(stamp[2], split)
     groups: dict[tuple[object, str], list[int]] = {}
     for a in articles:
-        if a.source_id and a.translation_key:
+        if a.source is not None and a.translation_key:
             # A website's key is its page's address without the language
             # (helpcenter/importers/website.py): the same page whichever
             # source imported each language. Other sources' keys are their ids.
@@ -186,7 +187,7 @@ def _dense(model: str | None, split: dict[int, list[passages.Passage]]) -> tuple
 
 @receiver(post_save, sender=Article)
 @receiver(post_delete, sender=Article)
-def _article_changed(**kwargs) -> None:
+def _article_changed(**kwargs: Any) -> None:
     forget()
     # Again once the change is committed: a search in another thread before
     # then would rebuild from the old rows and keep them as fresh. (The

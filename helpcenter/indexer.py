@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote, urlsplit
 
 import numpy as np
@@ -45,6 +46,9 @@ from django.utils import timezone
 from helpcenter import embeddings, index
 from helpcenter.models import Article, PassageClaim, PassageVector
 from helpcenter.passages import Passage
+
+if TYPE_CHECKING:
+    from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWrapper
 
 logger = logging.getLogger("kookee.helpcenter")
 
@@ -312,7 +316,8 @@ def _database_url() -> str | None:
     connection = connections["default"]
     name = str(connection.settings_dict["NAME"])
     if connection.vendor == "sqlite":
-        return None if connection.is_in_memory_db() else f"sqlite:///{Path(name).resolve()}"
+        sqlite = cast("SQLiteDatabaseWrapper", connection)
+        return None if sqlite.is_in_memory_db() else f"sqlite:///{Path(name).resolve()}"
     url = os.environ.get("DATABASE_URL", "")  # the settings put .env's there too
     if not url:
         return None
@@ -325,7 +330,7 @@ def _database_url() -> str | None:
 
 
 @receiver(post_save, sender=Article)
-def _article_saved(**kwargs) -> None:
+def _article_saved(**kwargs: Any) -> None:
     transaction.on_commit(kick)
 
 

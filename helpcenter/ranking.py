@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import Stemmer
+import Stemmer  # type: ignore[import-not-found]  # PyStemmer is a C extension with no type stubs
 
 STOPWORDS = frozenset(
     """a about after all also am an and any are as at be been but by can could do does
@@ -107,7 +107,8 @@ def _stem(word: str) -> str:
     "senhas". One function for every text, in both languages, so that a
     query and an article always agree (a word is folded first: visitors
     type "instalacao" as often as "instalação")."""
-    return _PORTUGUESE.stemWord(_ENGLISH.stemWord(word))
+    stemmed: str = _PORTUGUESE.stemWord(_ENGLISH.stemWord(word))
+    return stemmed
 
 
 _ENGLISH = Stemmer.Stemmer("english")

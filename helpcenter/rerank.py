@@ -97,7 +97,7 @@ def ranking_of(body: Any, count: int) -> Reranked:
     return Reranked(scores, tokens if isinstance(tokens, int) and tokens > 0 else None)
 
 
-_reranker: tuple[tuple, Reranker | None] | None = None
+_reranker: tuple[tuple[Any, ...], Reranker | None] | None = None
 _lock = threading.Lock()
 
 

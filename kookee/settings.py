@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import environ
+import environ  # type: ignore[import-untyped]  # django-environ ships no type hints, nor do stubs exist
 from django.core.exceptions import ImproperlyConfigured
 
 from kookee.secret_key import check_secret_key, local_secret_key
@@ -142,7 +142,7 @@ if REDIS_URL:
             # socket died with 1011. Reads must outlast the pop.
             "CONFIG": {
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                # Each process listens on one channel (chat/engine/hub.py); its
+                # Each process listens on one channel (chat/engine/hub/); its
                 # messages share one queue, dropped past capacity.
                 "capacity": 2000,
             },
@@ -230,7 +230,7 @@ KOOKEE_TOKENS_PER_DAY = env.int("KOOKEE_TOKENS_PER_DAY", default=20_000_000)
 # visitor, and per network (an IPv4 address or an IPv6 /64), which may take
 # at most this share of the site's day, so the site budget is the last line.
 KOOKEE_TOKENS_PER_VISITOR_PER_DAY = env.int("KOOKEE_TOKENS_PER_VISITOR_PER_DAY", default=200_000)
-KOOKEE_NETWORK_SHARE_OF_DAY = env.float("KOOKEE_NETWORK_SHARE_OF_DAY", default=0.05)
+KOOKEE_NETWORK_SHARE_OF_DAY: float = env.float("KOOKEE_NETWORK_SHARE_OF_DAY", default=0.05)
 if not 0 < KOOKEE_NETWORK_SHARE_OF_DAY <= 1:
     raise ImproperlyConfigured("KOOKEE_NETWORK_SHARE_OF_DAY must be above 0 and at most 1.")
 # IPv6 in layers, "prefix length:share of the site's day": one customer holds
@@ -238,15 +238,16 @@ if not 0 < KOOKEE_NETWORK_SHARE_OF_DAY <= 1:
 # fresh budget. The longest prefix is also the "network" of rates and sockets.
 # Default: an IPv4 address's share per /64, twice it per /56, four times per /48.
 _share = KOOKEE_NETWORK_SHARE_OF_DAY
-_layers = f"64:{_share:g},56:{min(1, 2 * _share):g},48:{min(1, 4 * _share):g}"
-KOOKEE_IPV6_BUDGETS = env("KOOKEE_IPV6_BUDGETS", default=_layers)
+_default_layers = f"64:{_share:g},56:{min(1, 2 * _share):g},48:{min(1, 4 * _share):g}"
+_given_layers: str = env("KOOKEE_IPV6_BUDGETS", default=_default_layers)
+_layers: dict[int, float]
 try:
-    _layers = {int(p): float(s) for p, s in (layer.split(":") for layer in KOOKEE_IPV6_BUDGETS.split(",") if layer)}
+    _layers = {int(p): float(s) for p, s in (layer.split(":") for layer in _given_layers.split(",") if layer)}
 except ValueError:
     _layers = {}
 if not _layers or not all(1 <= p <= 128 and 0 < s <= 1 for p, s in _layers.items()):
     raise ImproperlyConfigured(
-        f"KOOKEE_IPV6_BUDGETS={KOOKEE_IPV6_BUDGETS!r}: give prefix lengths (1-128) and shares (above 0, at most 1), "
+        f"KOOKEE_IPV6_BUDGETS={_given_layers!r}: give prefix lengths (1-128) and shares (above 0, at most 1), "
         "e.g. 64:0.05,56:0.1,48:0.2"
     )
 KOOKEE_IPV6_BUDGETS = dict(sorted(_layers.items(), reverse=True))
@@ -310,7 +311,7 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 KOOKEE_HISTORY_TURNS = env.int("KOOKEE_HISTORY_TURNS", default=10)
 # How often a process checks whether another one changed the help center
 # (its own changes show at once); see helpcenter/index.py.
-KOOKEE_HELP_CENTER_RECHECK_SECONDS = env.float("KOOKEE_HELP_CENTER_RECHECK_SECONDS", default=5.0)
+KOOKEE_HELP_CENTER_RECHECK_SECONDS: float = env.float("KOOKEE_HELP_CENTER_RECHECK_SECONDS", default=5.0)
 # Search by meaning as well as by words (helpcenter/embeddings.py): `local`
 # (a model installed with the package, no network), `provider` (an
 # OpenAI-compatible /v1/embeddings, by default the chat provider's URL and

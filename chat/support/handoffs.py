@@ -7,51 +7,28 @@ afterwards in a task of its own, with timeouts and retries, so that a slow
 mail server or webhook receiver never holds up a turn or a frame. The queue
 is the record: what was and was not delivered is shown on each request.
 
-The webhook's payload (docs/operations.md, "Handoff to a person"):
-
-    {"event": "handoff.requested",
-     "handoff": {"id", "source", "reason", "email", "created_at", "admin_url",
-                 "conversation": {"id", "source_url", "admin_url", "last_question"}}}
-
-signed with KOOKEE_HANDOFF_WEBHOOK_SECRET, when set, at each attempt, in
-`X-Kookee-Webhook-Signature: t=<unix seconds>,sha256=<hex HMAC of "t." + body>`:
-the time lets a receiver refuse a request recorded and replayed. The old
-`X-Kookee-Signature: sha256=<hex HMAC of the body>` is sent too while
-KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE is true (deprecated).
-
-The email puts our links and fields first, then what was written in the chat
-(the reason, the last question, an unusual address or page), every line of
-it quoted with "> ": a visitor's line breaks cannot make their words pass
-for ours.
+Support is emailed by chat/support/handoff_email.py, and the webhook is
+called (signed) by chat/support/handoff_webhook.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import json
 import logging
-import re
-import time
 from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
-import httpx2
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.urls import reverse
-from django.utils import timezone, translation
-from django.utils.translation import gettext as _
+from django.utils import timezone
 
 from chat.models import Conversation, Handoff, Turn
-from chat.text import visible
+from chat.support import handoff_email, handoff_webhook
 from chat.visitors import access
 from chat.visitors.identity import Visitor
 from chat.visitors.limits import LimitReached
@@ -60,9 +37,6 @@ from chat.vocabulary import Code
 logger = logging.getLogger("kookee.handoffs")
 
 REASON_CHARS = 500
-# Statuses after which a webhook is not worth trying again.
-PERMANENT_FAILURES = range(400, 500)
-RETRYABLE_CLIENT_ERRORS = {408, 409, 425, 429}
 
 
 async def request_by_visitor(
@@ -158,7 +132,7 @@ def _check_rate(network: str) -> None:
 
 # Notifications in flight: referenced so that they are not collected, and
 # awaited (briefly) at shutdown (lifecycle.stop_running_turns).
-tasks: set[asyncio.Task] = set()
+tasks: set[asyncio.Task[None]] = set()
 # A notice taken on this long ago and still pending was lost with its
 # process (killed, or stopped mid-retry): the sweeper sends it again. Longer
 # than a notice can take (every webhook attempt and backoff, the email).
@@ -186,7 +160,7 @@ async def notify(handoff_id: int) -> None:
         notice = await database_sync_to_async(_claimed_notice)(handoff_id)
         if notice is None:
             return  # another process is on it, or nothing is pending
-        await asyncio.gather(_email(handoff_id, notice), _webhook(handoff_id, notice))
+        await asyncio.gather(handoff_email.deliver(handoff_id, notice), handoff_webhook.deliver(handoff_id, notice))
     except Exception:
         logger.exception("handoff=%s: Support could not be told", handoff_id)
 
@@ -266,152 +240,6 @@ def _recipients() -> list[str]:
 
 def absolute(path: str) -> str:
     return settings.KOOKEE_SITE_URL.rstrip("/") + path if settings.KOOKEE_SITE_URL else path
-
-
-async def _email(handoff_id: int, notice: dict[str, Any]) -> None:
-    if not notice["recipients"]:
-        return
-    subject, body = _message(notice)
-    try:
-        # A thread of its own: SMTP can take seconds, and must not hold the
-        # database thread that every turn of the process shares.
-        await sync_to_async(send_mail, thread_sensitive=False)(
-            subject, body, None, notice["recipients"], fail_silently=False
-        )
-        status = Handoff.Delivery.SENT
-    except Exception:
-        logger.exception("handoff=%s: the email to Support failed", handoff_id)
-        status = Handoff.Delivery.FAILED
-    await database_sync_to_async(_record)(handoff_id, email_status=status)
-
-
-def _message(notice: dict[str, Any]) -> tuple[str, str]:
-    # Staff read it: in the site's language, whoever the visitor is.
-    with translation.override(settings.LANGUAGE_CODE):
-        # What the visitor wrote comes last: nothing of ours follows it, so
-        # nothing in it can pass for a line of ours.
-        lines = [_intro(notice), "", *_links(notice), "", *_fields(notice), "", *_written(notice)]
-        return _("Kookee chat: a visitor asks for a person (#%(id)s)") % {"id": notice["id"]}, "\n".join(lines)
-
-
-def _intro(notice: dict[str, Any]) -> str:
-    if notice["source"] == Handoff.Source.VISITOR:
-        return _("A visitor asked to talk to a person.")
-    return _("The assistant handed a conversation over to a person.")
-
-
-def _links(notice: dict[str, Any]) -> list[str]:
-    return [
-        _("Open the request: %(url)s") % {"url": notice["admin_url"]},
-        _("Read the transcript: %(url)s") % {"url": notice["conversation"]["admin_url"]},
-    ]
-
-
-# What the visitor gave that may stand on a line of ours: printable ASCII
-# but space, " and \, as an address or a page's URL (a browser's location.href)
-# normally is. validate_email also takes a quoted local part with control
-# characters and a domain with any character past U+00A1 (line separators,
-# bidi controls); the widget's script can be made to report any path. Those
-# are quoted with what was written.
-_PLAIN = re.compile(r"[!#-\[\]-~]+")
-
-
-def _fields(notice: dict[str, Any]) -> list[str]:
-    return [
-        _("Visitor's email: %(email)s") % {"email": _shown(notice["email"], _("not given"))},
-        _("From: %(page)s") % {"page": _shown(notice["conversation"]["source_url"], _("the chat page"))},
-    ]
-
-
-def _shown(value: str, missing: str) -> str:
-    if not value:
-        return missing
-    return value if _PLAIN.fullmatch(value) else _("quoted below")
-
-
-def _written(notice: dict[str, Any]) -> list[str]:
-    """The reason (the visitor's, or the model's from the conversation), the
-    last question, and an unusual address or page, each quoted under its label."""
-    conversation = notice["conversation"]
-    fields = [(_("Reason:"), notice["reason"]), (_("Last question:"), conversation["last_question"])]
-    unusual = [
-        (_("Visitor's email, as typed:"), notice["email"]),
-        (_("Page, as reported:"), conversation["source_url"]),
-    ]
-    fields += [(label, value) for label, value in unusual if value and not _PLAIN.fullmatch(value)]
-    lines = [_("Written in the chat, quoted as typed (not checked: do not trust links in it):")]
-    for label, text in fields:
-        lines += ["", label, *(_quoted(text) if text else [_("(nothing)")])]
-    return lines
-
-
-def _quoted(text: str) -> list[str]:
-    # Every line break splitlines() knows: a mail client may break a line at
-    # any of them (\r, \v, \f, \x1c-\x1e, \x85, U+2028, U+2029).
-    return ["> " + visible(line) for line in text.splitlines()]
-
-
-async def _webhook(handoff_id: int, notice: dict[str, Any]) -> None:
-    if not notice["webhook"] or not settings.KOOKEE_HANDOFF_WEBHOOK:
-        return
-    payload = {key: value for key, value in notice.items() if key not in ("recipients", "webhook")}
-    body = json.dumps({"event": "handoff.requested", "handoff": payload}).encode()
-    delivered, attempts = await post_webhook(f"handoff={handoff_id}", body)
-    status = Handoff.Delivery.SENT if delivered else Handoff.Delivery.FAILED
-    await database_sync_to_async(_record)(handoff_id, webhook_status=status, webhook_attempts=attempts)
-
-
-async def post_webhook(label: str, body: bytes) -> tuple[bool, int]:
-    """POSTs a signed event to KOOKEE_HANDOFF_WEBHOOK, with retries and
-    backoff; returns whether it was delivered, and after how many attempts.
-    `label` names it in the logs."""
-    attempts, delivered = 0, False
-    async with httpx2.AsyncClient(timeout=settings.KOOKEE_HANDOFF_WEBHOOK_TIMEOUT) as client:
-        for attempt in range(settings.KOOKEE_HANDOFF_WEBHOOK_RETRIES + 1):
-            if attempt:
-                await asyncio.sleep(settings.KOOKEE_HANDOFF_WEBHOOK_BACKOFF_SECONDS * 2 ** (attempt - 1))
-            attempts += 1
-            try:
-                # The whole attempt, not each read: a receiver that trickles
-                # its reply must not hold the notice open.
-                async with asyncio.timeout(settings.KOOKEE_HANDOFF_WEBHOOK_TIMEOUT):
-                    response = await client.post(settings.KOOKEE_HANDOFF_WEBHOOK, content=body, headers=_headers(body))
-            except (httpx2.HTTPError, TimeoutError) as exc:
-                logger.warning("%s: webhook attempt %s failed: %s", label, attempts, type(exc).__name__)
-                continue
-            if response.is_success:
-                delivered = True
-                break
-            logger.warning("%s: webhook attempt %s got HTTP %s", label, attempts, response.status_code)
-            if response.status_code in PERMANENT_FAILURES and response.status_code not in RETRYABLE_CLIENT_ERRORS:
-                break
-    if not delivered:
-        logger.error("%s: the webhook was not delivered after %s attempt(s)", label, attempts)
-    return delivered, attempts
-
-
-def _headers(body: bytes) -> dict[str, str]:
-    """The POST's headers, signed when there is a secret. Signed as each
-    attempt leaves, with the time: a receiver refuses a request that is old,
-    and so one recorded and replayed later."""
-    headers = {"Content-Type": "application/json", "User-Agent": "Kookee-chat"}
-    secret = settings.KOOKEE_HANDOFF_WEBHOOK_SECRET.encode()
-    if not secret:
-        return headers
-    signed_at = str(int(time.time()))
-    headers["X-Kookee-Webhook-Signature"] = f"t={signed_at},sha256={_hmac(secret, f'{signed_at}.'.encode() + body)}"
-    if settings.KOOKEE_HANDOFF_WEBHOOK_LEGACY_SIGNATURE:
-        # Deprecated: it signs the body alone, so a recorded request replays.
-        headers["X-Kookee-Signature"] = f"sha256={_hmac(secret, body)}"
-    return headers
-
-
-def _hmac(secret: bytes, message: bytes) -> str:
-    return hmac.new(secret, message, hashlib.sha256).hexdigest()
-
-
-def _record(handoff_id: int, **fields: Any) -> None:
-    Handoff.objects.filter(pk=handoff_id).update(**fields)
 
 
 def pending_handoff(conversation_id: int | None) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -275,6 +275,6 @@ def _day(day: date) -> Any:
     return connection.ops.adapt_datefield_value(day)
 
 
-def _start_of_day():
+def _start_of_day() -> datetime:
     # The site's day (TIME_ZONE), as finance's reports count it.
     return days.start_of_today()

@@ -101,7 +101,7 @@ def may_embed(origin: Origin) -> bool:
 def _secure(scope: dict[str, Any], headers: dict[bytes, bytes]) -> bool:
     if scope.get("scheme") in ("wss", "https"):
         return True
-    proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    proxy_header: tuple[str, str] | None = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
     if not proxy_header:
         return False
     name, value = proxy_header

@@ -15,6 +15,7 @@ SESSION_ENGINE = "chat.visitors.sessions".
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from django.conf import settings
 from django.contrib.sessions.backends.base import UpdateError
@@ -73,11 +74,11 @@ class SessionStore(DatabaseSessionStore):
         modified, so that SessionMiddleware sets its cookie (with the
         configured name, age and flags); `save` then writes no row."""
         self._session_key = mint_key()
-        self._session_cache = {}
+        self._session_cache: dict[str, Any] = {}
         self._unwritten = True
         self.modified = True
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, Any]:
         key = self.session_key
         data = super().load()  # forgets the key when no row holds it
         if self.session_key is None and minted_alive(key):

@@ -21,16 +21,16 @@ from typing import Any, Protocol
 from urllib.parse import urljoin
 
 from helpcenter.importers import html as html_converter
-from helpcenter.importers.fetch import FetchError, Refused, shown, sync_deadline
+from helpcenter.importers.fetch import FetchError, URLRefused, shown, sync_deadline
 
 __all__ = [
     "FetchError",
     "Item",
     "Kept",
     "Reader",
-    "Refused",
     "Run",
     "SourceError",
+    "URLRefused",
     "api_pages",
     "check_settings",
     "is_url",
@@ -150,7 +150,7 @@ def api_pages(
         following_url = following(page)
         url = urljoin(url, following_url) if following_url else None
         if url and not fetcher.allowed(url):
-            raise Refused("the next page is on another host: not followed")
+            raise URLRefused("the next page is on another host: not followed")
 
 
 def _check_page(run: Run, url: str, seen: set[str], limit: int) -> None:

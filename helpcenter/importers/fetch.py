@@ -60,12 +60,12 @@ class FetchError(Exception):
     """A source could not be read: the sync stops and changes nothing more."""
 
 
-class Refused(FetchError):
+class URLRefused(FetchError):
     """A URL the importer may not fetch (another host, a private address, a
     scheme other than http(s))."""
 
 
-class PrivateAddress(Refused):
+class PrivateAddress(URLRefused):
     """A host at an address of this machine or its private networks: the
     source as a whole is refused (not a page to skip)."""
 
@@ -99,7 +99,7 @@ class Response:
 def origin(url: str) -> tuple[str, str, int]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise Refused(f"not an http(s) URL: {shown(url)}")
+        raise URLRefused(f"not an http(s) URL: {shown(url)}")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return parts.scheme, parts.hostname.lower(), port
 
@@ -239,7 +239,7 @@ class Fetcher:
         """Whether a URL is on the source's own origin (links to follow)."""
         try:
             return origin(url) == self.origin
-        except Refused:
+        except URLRefused:
             return False
 
     def time_left(self) -> float:
@@ -308,7 +308,7 @@ class Fetcher:
     def _check(self, url: str) -> None:
         # Its address is the Guard's to check, when it connects.
         if origin(url) != self.origin:
-            raise Refused(f"{shown(url)} is not on the source's host ({self.origin[1]}): not fetched")
+            raise URLRefused(f"{shown(url)} is not on the source's host ({self.origin[1]}): not fetched")
 
     def _get(self, url: str, headers: dict[str, str]) -> Response:
         self.requests += 1

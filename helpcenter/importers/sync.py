@@ -12,10 +12,10 @@
   LEASE_SECONDS (a killed process) can be taken again.
 - The admin's "Sync now" syncs in a child process under a budget
   (KOOKEE_SYNC_MEMORY_MB, KOOKEE_SYNC_CPU_SECONDS, KOOKEE_SYNC_SECONDS) that
-  the child cannot escape: no source, however hostile, can take the server's
-  memory or CPU. The server takes the lease and hands it over; a thread of
-  the server waits for the child and says how it ended when the child could
-  not (killed by its budget).
+  the child cannot escape (helpcenter/importers/budget.py): no source,
+  however hostile, can take the server's memory or CPU. The server takes
+  the lease and hands it over; a thread of the server waits for the child
+  and says how it ended when the child could not (killed by its budget).
 
 Articles typed in the admin have no source and are never touched.
 """
@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import resource
-import signal
 import subprocess
 import sys
 import threading
@@ -43,7 +40,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from helpcenter import index, indexer
-from helpcenter.importers import Item, Kept, Run, check_settings, location_of, reader_for
+from helpcenter.importers import Item, Kept, Run, budget, check_settings, location_of, reader_for
 from helpcenter.models import Article, Source, language_of
 
 logger = logging.getLogger("kookee.helpcenter")
@@ -51,17 +48,6 @@ logger = logging.getLogger("kookee.helpcenter")
 LEASE_SECONDS = 600
 BATCH = 250  # articles written per transaction
 PROGRESS_EVERY = 0.5  # seconds between progress writes
-# The admin's child (sync_help_center --run-id) exits with OVER_MEMORY when
-# an allocation fails under its budget; time and CPU end it by signals.
-OVER_MEMORY = 3
-OUT_OF_MEMORY = "stopped: out of memory"
-CPU_GRACE = 5  # seconds of CPU past SIGXCPU before the kernel's SIGKILL
-# The child's address space may be this many times its memory budget: threads
-# reserve address space they never touch (glibc's arenas, stacks).
-ADDRESS_SPACE = 3
-MEMORY_WATCH_SECONDS = 0.02  # parsing grows by about 300 MB/s: some 6 MB past the budget at worst
-_budgeted = False  # this process is the admin's child, under the sync budget (limit_this_process)
-CHILD_SETTINGS = ("KOOKEE_SYNC_MEMORY_MB", "KOOKEE_SYNC_CPU_SECONDS", "KOOKEE_SYNC_SECONDS", "KOOKEE_IMPORT_ROOT")
 
 
 class Busy(Exception):
@@ -170,9 +156,7 @@ def sync(
 
 def _why(error: BaseException) -> str:
     if isinstance(error, MemoryError):
-        # Under the admin's budget, said as the server says it when the child
-        # cannot: whichever writes last, the page reads the same.
-        return _ending(OVER_MEMORY) if _budgeted else OUT_OF_MEMORY
+        return budget.out_of_memory()
     return str(error)[:2000] or type(error).__name__
 
 
@@ -188,7 +172,7 @@ def sync_in_background(source: Source) -> threading.Thread | None:
         child = subprocess.Popen(
             [*command, "--source", str(source.pk), "--run-id", run_id],
             cwd=settings.BASE_DIR,
-            env=_child_environment(),
+            env=budget.child_environment(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,  # what it logs (stderr) goes to this server's log
         )
@@ -202,80 +186,13 @@ def sync_in_background(source: Source) -> threading.Thread | None:
     return reaper
 
 
-def _child_environment() -> dict[str, str]:
-    return {
-        **os.environ,
-        # Its budget and rules as this process has them: what the reaper
-        # says the child ran under is what it ran under.
-        **{name: str(getattr(settings, name)) for name in CHILD_SETTINGS},
-        # The address space cap is a backstop, and glibc reserves 64 MB of
-        # it for each thread that allocates (a crawl has up to 8): with two
-        # arenas it stays near the memory used (a crawl of 8 threads: 624 MB
-        # of address space for 122 MB resident; with two, 336 MB).
-        "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
-    }
-
-
-def limit_this_process() -> None:
-    """The admin's child, before it reads anything: its budget, which holds
-    whatever the child runs (a loop in C too). Over its resident memory a
-    watchdog thread ends it at once (exit OVER_MEMORY); over its CPU seconds
-    SIGXCPU ends it, over its wall-clock seconds SIGALRM (their default
-    action: nothing here catches them). Its address space is capped too, at
-    ADDRESS_SPACE times the memory budget: a backstop for an allocation
-    faster than the watchdog looks, never the first bound to hit, because
-    CPython close to that cap may abort, or crawl through failing mmaps,
-    rather than raise MemoryError (both seen)."""
-    global _budgeted
-    _budgeted = True
-    memory = settings.KOOKEE_SYNC_MEMORY_MB * 2**20
-    cpu = settings.KOOKEE_SYNC_CPU_SECONDS
-    _lower(resource.RLIMIT_AS, memory * ADDRESS_SPACE, memory * ADDRESS_SPACE)
-    _lower(resource.RLIMIT_CPU, cpu, cpu + CPU_GRACE)  # SIGXCPU, then SIGKILL
-    _lower(resource.RLIMIT_CORE, 0, 0)  # SIGXCPU's default dumps core otherwise
-    stops = {signal.SIGXCPU, signal.SIGALRM}
-    for stop in stops:
-        signal.signal(stop, signal.SIG_DFL)  # not as the server may have left them to its children
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-    signal.alarm(settings.KOOKEE_SYNC_SECONDS)
-    os.nice(10)  # the server's visitors first
-    threading.Thread(target=_watch_memory, args=(memory,), name="kookee-sync-memory", daemon=True).start()
-
-
-def _watch_memory(budget: int) -> None:
-    """Ends this process the moment its resident memory passes the budget."""
-    while _resident() <= budget:
-        time.sleep(MEMORY_WATCH_SECONDS)
-    os._exit(OVER_MEMORY)  # the server's reaper records why, and gives the lease back
-
-
-def _resident() -> int:
-    """This process's resident memory now, in bytes. Not its peak
-    (ru_maxrss): Linux carries that across exec from the process that
-    forked, so a child of a server that had grown past the budget was over
-    it before it read a page."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * resource.getpagesize()
-    except (OSError, IndexError, ValueError):  # no /proc: the peak, as the kernel counts it (KB)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _lower(limit: int, soft: int, hard: int) -> None:
-    """Sets a limit, never above one the process already has (a user may not raise it)."""
-    _, current = resource.getrlimit(limit)
-    if current != resource.RLIM_INFINITY:
-        hard = min(hard, current)
-    resource.setrlimit(limit, (min(soft, hard), hard))
-
-
 def _reap(child: subprocess.Popen, source_pk: int, run_id: str) -> None:
     """Waits for the admin's child (no zombie is left), says how it ended
     when its sync could not, and has this process's indexer embed what it
     wrote."""
     code = child.wait()
     try:
-        _record_end(source_pk, run_id, _ending(code))
+        _record_end(source_pk, run_id, budget.ending(code))
         # Embedded once, by this process's one indexer (as after the command,
         # which embeds in its own foreground): the child has a small budget
         # and would load a second model, and this server's searches would
@@ -292,23 +209,6 @@ def _reap(child: subprocess.Popen, source_pk: int, run_id: str) -> None:
 def _record_end(source_pk: int, run_id: str, why: str) -> None:
     """Gives the child's lease back with why it stopped, if the child could not."""
     Source.objects.filter(pk=source_pk, run_id=run_id).update(running_since=None, run_id="", last_error=why)
-
-
-def _ending(code: int) -> str:
-    """How the admin's child ended, for the source's page (when its sync did not say)."""
-    if code == OVER_MEMORY:
-        return f"stopped: over its memory budget (KOOKEE_SYNC_MEMORY_MB, {settings.KOOKEE_SYNC_MEMORY_MB} MB)"
-    if code == -signal.SIGXCPU:
-        return f"stopped: over its CPU budget (KOOKEE_SYNC_CPU_SECONDS, {settings.KOOKEE_SYNC_CPU_SECONDS} s)"
-    if code == -signal.SIGALRM:
-        return f"stopped: over its time budget (KOOKEE_SYNC_SECONDS, {settings.KOOKEE_SYNC_SECONDS} s)"
-    if code == -signal.SIGABRT:
-        return "stopped: aborted (the server's log says why: CPython aborts when it runs out of memory)"
-    if code == -signal.SIGKILL:
-        return "stopped: killed (over its CPU budget, or the server was out of memory)"
-    if code < 0:
-        return f"stopped: killed by signal {-code} ({signal.strsignal(-code)})"
-    return f"stopped: its process exited with code {code} (the server's log says why)"
 
 
 def due(hours: float) -> list[Source]:

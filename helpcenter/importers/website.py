@@ -53,7 +53,7 @@ from django.conf.locale import LANG_INFO
 
 from helpcenter.importers import Item, Kept, Run, SourceError, locale
 from helpcenter.importers import html as html_converter
-from helpcenter.importers.fetch import USER_AGENT, Fetcher, PrivateAddress, Redirected, Refused, Response
+from helpcenter.importers.fetch import USER_AGENT, Fetcher, PrivateAddress, Redirected, Response, URLRefused
 from helpcenter.importers.html import language_tag, parse, read_page, to_markdown
 
 HTML = ("text/html", "application/xhtml+xml")
@@ -284,7 +284,7 @@ def _get(fetcher: Fetcher, url: str, before: dict[str, Any] | None) -> Response 
         return fetcher.get(url, headers=headers, accept_missing=True)
     except PrivateAddress:
         raise  # the site's own host, at an address it may not be: the sync stops
-    except (Redirected, Refused):
+    except (Redirected, URLRefused):
         return None  # a page that leads away or in circles is not a page of this site
 
 

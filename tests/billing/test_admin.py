@@ -18,8 +18,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing import exports
-from billing.admin import PRICE_HELP
 from billing.models import Calibration, LedgerEntry, Price
+from billing.price_admin import PRICE_HELP
 from billing.services import bill_once, price_for
 from chat.models import Conversation, Turn
 from chat.roles import ensure_roles

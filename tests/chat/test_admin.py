@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat.admin import TurnAdmin
+from chat.admin.turns import TurnAdmin
 from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
 from helpcenter.models import Article
 

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from billing.models import LedgerEntry
 from billing.services import bill_once
-from chat.admin import ERASED_MESSAGE
+from chat.admin.conversations import ERASED_MESSAGE
 from chat.models import Conversation, Feedback, Generation, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
 from chat.support import erasure

@@ -8,7 +8,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.core.management import call_command
 
-from chat.engine import offline, provider
+from chat.engine import offline, offline_transport, provider
 from chat.models import Generation, Search, ToolCall
 from tests.chat.chat_client import ChatClient
 
@@ -116,7 +116,7 @@ async def test_stop_mid_answer_with_the_offline_model(chat, settings):
 
 
 async def test_the_stream_stops_generating_when_the_client_closes():
-    stream = offline._SSEStream([{"n": i} for i in range(100)], delay=0, first_delay=0)
+    stream = offline_transport.PacedSSEStream([{"n": i} for i in range(100)], delay=0, first_delay=0)
     received = []
     async for data in stream:
         received.append(data)

@@ -5,7 +5,7 @@ hand, so that each rule is seen alone."""
 import numpy as np
 import pytest
 
-from helpcenter import index, passages, ranking, search
+from helpcenter import fusion, index, passages, ranking
 from helpcenter.dense import Dense
 
 FILLER = "Read this page about the network of the office and its machines. " * 3
@@ -32,7 +32,7 @@ QUERY_VECTOR = np.array([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
 
 def ranked(snap, query, near=True):
     near = snap.dense.nearest(QUERY_VECTOR) if near and snap.dense is not None else None
-    return [c.article for c in search.candidates(snap, query, near)]
+    return [c.article for c in fusion.candidates(snap, query, near)]
 
 
 def test_a_clear_first_by_words_keeps_its_place_when_meaning_ranks_it_low():
@@ -61,9 +61,9 @@ def test_an_article_not_embedded_yet_is_judged_by_its_words():
     dense = Dense("test", rows, snap.dense.matrix[[i for i, p in enumerate(snap.dense.passages) if p.article_id != 1]])
     snap = index.Snapshot(snap.stamp, snap.index, snap.titles, 0.0, snap.passages, dense, 1)
 
-    [found] = [c for c in search.candidates(snap, "pay with bitcoin", dense.nearest(QUERY_VECTOR)) if c.article == 1]
+    [found] = [c for c in fusion.candidates(snap, "pay with bitcoin", dense.nearest(QUERY_VECTOR)) if c.article == 1]
     assert "meaning" not in found.evidence
-    assert search.confident(found.evidence, "meaning" in found.evidence) is True
+    assert fusion.confident(found.evidence, "meaning" in found.evidence) is True
 
 
 @pytest.mark.parametrize(
@@ -104,9 +104,9 @@ def test_an_article_not_embedded_yet_is_judged_by_its_words():
     ],
 )
 def test_the_confidence_with_meaning(evidence, high):
-    assert search.confident(evidence, True) is high
+    assert fusion.confident(evidence, True) is high
 
 
 def test_by_words_alone_the_confidence_is_the_relevance_floor():
-    assert search.confident({"floor": 1.0, "lead": -5.0}, False) is True
-    assert search.confident({"floor": 0.0, "lead": 5.0, "coverage": 1.0}, False) is False
+    assert fusion.confident({"floor": 1.0, "lead": -5.0}, False) is True
+    assert fusion.confident({"floor": 0.0, "lead": 5.0, "coverage": 1.0}, False) is False

@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from billing.models import EmbeddingEntry, LedgerEntry, Price
 from chat.models import ToolCall
-from helpcenter import index, rerank, search
+from helpcenter import fusion, index, rerank, search
 from tests.chat.chat_client import ChatClient
 from tests.provider import answer, tool_round
 from tests.rerank_server import RerankServer
@@ -45,7 +45,7 @@ def reranker(settings):
 def own_order(query=QUERY, limit=8):
     """The search's candidates without a reranker: (title, url) best first."""
     snapshot = index.current_sync()
-    return [snapshot.index.by_id[c.shown].title for c in search.candidates(snapshot, query, None, "", limit)]
+    return [snapshot.index.by_id[c.shown].title for c in fusion.candidates(snapshot, query, None, "", limit)]
 
 
 def titles(result):

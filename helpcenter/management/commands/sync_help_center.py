@@ -7,8 +7,9 @@ from django.utils import timezone
 
 from helpcenter import embeddings, indexer
 from helpcenter.importers import FetchError, SourceError
+from helpcenter.importers.budget import OVER_MEMORY, limit_this_process
 from helpcenter.importers.secrets import TokenError
-from helpcenter.importers.sync import OVER_MEMORY, Busy, due, limit_this_process, sync
+from helpcenter.importers.sync import Busy, due, sync
 from helpcenter.management.embedding import Progress, embed_all, embed_now
 from helpcenter.models import Source
 

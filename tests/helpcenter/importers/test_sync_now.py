@@ -1,5 +1,5 @@
 """The admin's "Sync now": the sync runs in a child process under its
-budget (helpcenter/importers/sync.py), never in the server's own. Real
+budget (helpcenter/importers/budget.py), never in the server's own. Real
 processes: the test's process plays the web server (the admin through the
 test client, the thread that waits for the child), the child is
 `manage.py sync_help_center --source ID --run-id RUN`, and the source is a

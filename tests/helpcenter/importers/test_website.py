@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from helpcenter.importers import fetch
-from helpcenter.importers.fetch import Fetcher, Refused
+from helpcenter.importers.fetch import Fetcher, URLRefused
 from helpcenter.models import Article, Source
 
 pytestmark = pytest.mark.django_db
@@ -115,13 +115,13 @@ def test_the_page_limit_holds(site):
 )
 def test_private_addresses_are_refused(settings, url):
     settings.KOOKEE_IMPORT_ALLOW_PRIVATE = False
-    with Fetcher(url) as fetcher, pytest.raises(Refused, match="private or local address"):
+    with Fetcher(url) as fetcher, pytest.raises(URLRefused, match="private or local address"):
         fetcher.get(url)
 
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/", "gopher://example.com/", "data:,hi"])
 def test_other_schemes_are_refused(url):
-    with pytest.raises(Refused, match="not an http"):
+    with pytest.raises(URLRefused, match="not an http"):
         Fetcher(url)
 
 
@@ -136,7 +136,7 @@ def test_a_site_on_a_private_address_is_refused_whole(site, settings):
 
 def test_a_redirect_to_another_host_is_refused(site):
     site.redirects["/robots.txt"] = "http://169.254.169.254/latest/meta-data/"
-    with Fetcher(site.url) as fetcher, pytest.raises(Refused, match="not on the source's host"):
+    with Fetcher(site.url) as fetcher, pytest.raises(URLRefused, match="not on the source's host"):
         fetcher.get(f"{site.url}/robots.txt")
 
 
@@ -196,7 +196,7 @@ def test_a_start_url_without_its_slash_is_its_folder(site):
 
 def test_the_refusal_says_how_to_allow_a_source_on_this_machine(settings):
     settings.KOOKEE_IMPORT_ALLOW_PRIVATE = False
-    with Fetcher("http://127.0.0.1:9/") as fetcher, pytest.raises(Refused, match="KOOKEE_IMPORT_ALLOW_PRIVATE=true"):
+    with Fetcher("http://127.0.0.1:9/") as fetcher, pytest.raises(URLRefused, match="KOOKEE_IMPORT_ALLOW_PRIVATE=true"):
         fetcher.get("http://127.0.0.1:9/")
 
 
