@@ -50,6 +50,7 @@ LAYERS = {
 DJANGO_FREE = (
     *("chat.vocabulary", "chat.text", "chat.sources", "chat.engine.rounds", "chat.engine.sse"),
     *("chat.engine.frames", "chat.engine.fastjson", "billing.tokens"),
+    *("chat.engine.assembler", "chat.engine.usage", "chat.engine.provider_errors"),
 )
 
 
@@ -245,3 +246,55 @@ def test_mypy_checks_the_core_and_the_turns_path():
     turns_path += ("billing/services.py", "helpcenter/search.py")
     missing = [p for p in (*(str(FILES[m].relative_to(ROOT)) for m in DJANGO_FREE), *turns_path) if not covered(p)]
     assert not missing, f"mypy does not check {missing}"
+
+
+# Product modules may hold at most this many lines: a longer one holds two
+# jobs. kookee/settings.py is the exception: one flat list of settings, each
+# read with its default and its reason, which splitting would scatter.
+MAX_LINES = 450
+LONG_ON_PURPOSE = {"kookee.settings"}
+
+
+def test_no_product_module_is_over_450_lines():
+    long = {m: n for m, p in FILES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert set(long) <= LONG_ON_PURPOSE, f"over {MAX_LINES} lines: {long}"
+
+
+def frame_types_built_in(path):
+    """The "type" of every dict literal in the file: a string, or the
+    source of the expression that gives it (a constant's name)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == "type":
+                    kind = value.value if isinstance(value, ast.Constant) else ast.unparse(value)
+                    found.append((node.lineno, str(kind)))
+    return found
+
+
+def test_every_frame_to_a_visitor_is_built_in_frames():
+    frames_path = FILES["chat.engine.frames"]
+    frame_types = {t for _, t in frame_types_built_in(frames_path)}
+    assert {"delta", "turn.ended", "error", "agent.message"} <= frame_types, "the check reads frames.py's frames"
+    elsewhere = [
+        f"{path.relative_to(ROOT)}:{line}: {kind}"
+        for module, path in FILES.items()
+        if under(module, "chat") and path != frames_path
+        for line, kind in frame_types_built_in(path)
+        if kind in frame_types
+    ]
+    assert not elsewhere, "frames built outside chat/engine/frames.py:\n" + "\n".join(elsewhere)
+
+
+def test_the_hubs_messages_are_built_in_its_protocol():
+    protocol = FILES["chat.engine.hub_protocol"]
+    assert len(frame_types_built_in(protocol)) >= 10, "the check reads the hub's messages"
+    elsewhere = [
+        f"{path.relative_to(ROOT)}:{line}: {kind}"
+        for module, path in FILES.items()
+        if path != protocol
+        for line, kind in frame_types_built_in(path)
+        if kind.startswith("hub.") or "hub_protocol." in kind
+    ]
+    assert not elsewhere, "hub messages built outside chat/engine/hub_protocol.py:\n" + "\n".join(elsewhere)
