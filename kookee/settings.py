@@ -394,7 +394,7 @@ KOOKEE_IMPORT_ALLOW_PRIVATE = env.bool("KOOKEE_IMPORT_ALLOW_PRIVATE", default=Fa
 # import_help_center command, run from a shell, reads any.
 KOOKEE_IMPORT_ROOT = env("KOOKEE_IMPORT_ROOT", default="")
 # "Sync now" in the admin syncs in a child process under this budget
-# (helpcenter/importers/sync.py): resident memory in MB, CPU seconds, and
+# (helpcenter/importers/budget.py): resident memory in MB, CPU seconds, and
 # wall-clock seconds (past KOOKEE_IMPORT_DEADLINE_SECONDS, which stops a sync
 # cleanly first). A first import of 5,000 Zendesk articles in a child took
 # 156 MB resident and 20 s of CPU.
