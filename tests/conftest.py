@@ -9,6 +9,11 @@ from django.db import connections
 
 from tests.provider import ScriptedProvider
 
+# The helpers that several test modules share keep pytest's detailed
+# assertion messages, as the test modules they came from had.
+pytest.register_assert_rewrite("tests.billing.admin_helpers", "tests.chat.support.handoff_helpers")
+pytest.register_assert_rewrite("tests.multiprocess.stack")
+
 # Connections held open between tests would keep PostgreSQL from dropping
 # the test database at the end of the run.
 django_settings.DATABASES["default"]["CONN_MAX_AGE"] = 0

@@ -7,7 +7,7 @@ import os
 
 os.environ.setdefault("DJANGO_DEBUG", "true")
 # A loaded machine's pauses must not refuse a test's sockets as saturated
-# (tests/chat/test_capacity.py turns it on).
+# (tests/chat/engine/test_capacity.py turns it on).
 os.environ.setdefault("KOOKEE_SATURATION_MS", "0")
 os.environ.setdefault("DJANGO_SECRET_KEY", "kookee-tests-only-" + "0123456789abcdef" * 4)
 

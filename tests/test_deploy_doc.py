@@ -1,5 +1,5 @@
 """docs/deploy.md stays complete: its table names every setting the app
-reads, and it has the nginx block that tests/test_multiprocess.py serves."""
+reads, and it has the nginx block that tests/multiprocess/ serves."""
 
 import re
 from pathlib import Path
@@ -22,7 +22,7 @@ def test_every_environment_variable_is_in_the_deploy_guides_table():
 
 
 def test_the_guide_has_one_marked_nginx_block():
-    from tests.test_multiprocess import deploy_nginx_block
+    from tests.multiprocess.stack import deploy_nginx_block
 
     block = deploy_nginx_block()
     for needed in ("upstream kookee", "location /ws/", "proxy_read_timeout", "location ^~ /metrics", "/healthz"):

@@ -1,5 +1,6 @@
 """The staff roles: what Support and Finance can open in the admin, and
-what they cannot. (The finance pages are tested in tests/billing/test_admin.py.)"""
+what they cannot. (The finance pages are tested in tests/billing/: test_admin.py,
+test_ledger_filters.py, test_price_admin.py, test_exports.py and test_reports.py.)"""
 
 import pytest
 from django.contrib.auth.models import Group

@@ -3,7 +3,7 @@ guessable, the admin is for staff, and production settings pass Django's
 deployment checks.
 
 The WebSocket handshake's refusals (a foreign Origin, no session, an expired
-session) are tested in tests/chat/test_consumer.py: test_refused_from_a_foreign_origin,
+session) are tested in tests/chat/engine/test_consumers.py: test_refused_from_a_foreign_origin,
 test_refused_without_a_session and test_refused_with_an_expired_session.
 """
 

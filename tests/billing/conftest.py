@@ -2,8 +2,12 @@ import importlib
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
 
 from billing.models import Price
+from chat.roles import ensure_roles
+from tests.billing.admin_helpers import PASSWORD
 
 
 @pytest.fixture(autouse=True)
@@ -22,3 +26,29 @@ def prices():
                 "output_per_million": Decimal(output_price),
             },
         )
+
+
+# --- people: finance's and Support's logged-in clients -----------------------------------------
+
+
+@pytest.fixture
+def roles():
+    ensure_roles()
+
+
+def staff_client(django_user_model, username: str, group: str) -> Client:
+    user = django_user_model.objects.create_user(username=username, password=PASSWORD, is_staff=True)
+    user.groups.add(Group.objects.get(name=group))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def finance(roles, django_user_model) -> Client:
+    return staff_client(django_user_model, "fiona", "Finance")
+
+
+@pytest.fixture
+def support(roles, django_user_model) -> Client:
+    return staff_client(django_user_model, "sam", "Support")

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from helpcenter import search
 from helpcenter.models import Article
 from tests.chat.chat_client import ChatClient
-from tests.chat.test_offline import offline_model  # noqa: F401  (a fixture)
+from tests.chat.engine.test_offline import offline_model  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

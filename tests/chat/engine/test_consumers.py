@@ -1,10 +1,12 @@
 """The WebSocket consumer end to end: real ASGI stack, real database, the real
-openai client talking to a scripted provider over loopback HTTP."""
+openai client talking to a scripted provider over loopback HTTP. Last, the
+socket speaks each tab's language (from its handshake's Accept-Language)."""
 
 import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.db.backends import utils
 
 from billing.models import LedgerEntry
@@ -14,7 +16,8 @@ from chat.engine.rounds import Tool
 from chat.models import Conversation, Generation, RevokedKey, ToolCall, Turn
 from chat.visitors.identity import hash_key
 from helpcenter.models import Article
-from tests.chat.chat_client import ChatClient, check_turn
+from kookee.asgi import application
+from tests.chat.chat_client import HOST, ORIGIN, ChatClient, check_turn, new_session_key
 from tests.provider import HTTPError, WaitFor, answer, finish, text, tool_round, usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -634,3 +637,56 @@ async def test_two_tabs_opened_before_the_first_message_share_one_conversation(u
         await first.close()
         await second.close()
     assert await database_sync_to_async(Conversation.objects.count)() == 1
+
+
+# --- each tab's language -------------------------------------------------------------------
+# What the server tells a visitor (an error, why a turn failed) is in the
+# language their browser asked for on the handshake, while the codes stay the same.
+
+
+async def tab(session_key: str, language: str) -> ChatClient:
+    headers = [(b"origin", ORIGIN), (b"host", HOST), (b"cookie", f"sessionid={session_key}".encode())]
+    if language:
+        headers.append((b"accept-language", language.encode()))
+    client = ChatClient(WebsocketCommunicator(application, "/ws/chat/", headers=headers))
+    client.connected, _ = await client.communicator.connect()
+    return client
+
+
+@pytest.mark.parametrize(
+    ("accept_language", "message"),
+    [
+        ("pt-BR,pt;q=0.9,en;q=0.8", "As mensagens podem ter no máximo 4000 caracteres."),
+        ("pt", "As mensagens podem ter no máximo 4000 caracteres."),
+        ("en-US,en;q=0.9", "Messages are limited to 4000 characters."),
+        ("de-DE,fr;q=0.8", "Messages are limited to 4000 characters."),
+        ("", "Messages are limited to 4000 characters."),
+    ],
+)
+async def test_a_refused_frame_is_explained_in_the_tabs_language(settings, accept_language, message):
+    settings.KOOKEE_MAX_MESSAGE_CHARS = 4000
+    client = await tab(await new_session_key(), accept_language)
+    try:
+        await client.send({"type": "message", "text": "x" * 4001})
+        frame = await client.receive_until("error")
+    finally:
+        await client.close()
+    assert (frame["code"], frame["message"]) == ("too_long", message)
+
+
+async def test_a_failed_turn_is_explained_to_each_tab_in_its_own_language(use_provider):
+    use_provider.queue([HTTPError(400, {"error": {"message": "unknown model"}})])
+    key = await new_session_key()
+    portuguese, english = await tab(key, "pt-BR"), await tab(key, "en")
+    try:
+        turn_id = await english.ask("hello?")
+        in_english = await english.receive_until("error", turn_id=turn_id)
+        in_portuguese = await portuguese.receive_until("error", turn_id=turn_id)
+        await english.finish(turn_id)
+    finally:
+        await portuguese.close()
+        await english.close()
+    assert in_english["code"] == in_portuguese["code"] == "provider_rejected"
+    assert in_english["message"] == "The assistant could not take this request. Please try again later."
+    assert in_portuguese["message"] != in_english["message"]
+    assert "tente novamente" in in_portuguese["message"].lower()

@@ -1,4 +1,5 @@
-"""The `feedback` frame: a visitor rates their own finished answers."""
+"""The `feedback` frame: a visitor rates their own finished answers
+(chat/support/feedback.py)."""
 
 import asyncio
 

@@ -32,7 +32,7 @@ from kookee.asgi import application
 from tests.chat.chat_client import HOST, ORIGIN, ChatClient, new_session_key
 from tests.provider import WaitFor, answer, finish, text, usage
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent.parent
 TOKEN_ATTRIBUTE = re.compile(r'data-token="([^"]*)"')
 SALT = "kookee.widget"
 

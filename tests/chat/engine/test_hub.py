@@ -5,7 +5,7 @@ last tab's leaving starts the grace period.
 The first part drives the real ASGI stack with several tabs in one process.
 The second runs two hubs side by side on one channel layer, in-memory and
 Redis: two processes as far as the protocol between them goes (the
-multi-process test in tests/test_multiprocess.py runs real ones)."""
+multi-process tests in tests/multiprocess/ run real ones)."""
 
 from __future__ import annotations
 

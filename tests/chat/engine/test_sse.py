@@ -16,7 +16,7 @@ from chat.engine import provider as provider_module
 from chat.engine.provider_errors import StreamError
 from chat.engine.rounds import RoundLoop, Tool
 from chat.engine.sse import EventParser
-from tests.chat.test_rounds import Sink
+from tests.chat.engine.test_rounds import Sink
 from tests.provider import (
     DONE,
     Pause,

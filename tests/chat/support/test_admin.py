@@ -1,5 +1,5 @@
 """Support reads visitors' ratings: in transcripts, as filters, and in a
-review queue of the answers with the articles each used."""
+review queue (chat/support/admin.py) of the answers with the articles each used."""
 
 import json
 import re

@@ -1,6 +1,7 @@
 """Thousands of random frames at one connection: each bad one is answered
 with exactly one `error` frame, `stop` with silence, a valid message with a
-whole turn; afterwards the same socket still runs a normal turn."""
+whole turn; afterwards the same socket still runs a normal turn. (What a tab may send
+is checked by chat/engine/client_frames.py.)"""
 
 import json
 import random

@@ -1,4 +1,4 @@
-"""Who a visitor is: the stored hash of their key, their address behind
+"""Who a visitor is (chat/visitors/identity.py): the stored hash of their key, their address behind
 trusted proxies only, and the network their budgets count against."""
 
 import ipaddress

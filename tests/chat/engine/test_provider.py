@@ -1,6 +1,7 @@
-"""Provider faults, one test each: the visitor gets an error frame with a
-stable code, then turn.ended failed; the partial text is saved, the ledger
-entry written, and the socket (and every other conversation) keeps working."""
+"""Provider faults (chat/engine/provider.py, their codes provider_errors.py),
+one test each: the visitor gets an error frame with a stable code, then
+turn.ended failed; the partial text is saved, the ledger entry written, and
+the socket (and every other conversation) keeps working."""
 
 import asyncio
 import socket

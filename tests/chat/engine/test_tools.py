@@ -1,7 +1,7 @@
-"""A visitor's turn searching by meaning through a provider's
-/v1/embeddings (scripted at the wire, tests/embeddings_server.py): the
-query's embedding is billed with the turn, and a search whose query cannot
-be embedded still answers, by words."""
+"""The search tool (chat/engine/tools.py): a visitor's turn searching by
+meaning through a provider's /v1/embeddings (scripted at the wire,
+tests/embeddings_server.py): the query's embedding is billed with the turn,
+and a search whose query cannot be embedded still answers, by words."""
 
 import io
 from decimal import Decimal

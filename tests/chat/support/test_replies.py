@@ -31,18 +31,18 @@ from chat.engine import lifecycle
 from chat.models import Conversation, Handoff, Message, Turn
 from chat.roles import ensure_roles
 from chat.support import erasure, replies
-from tests.chat import test_handoffs as handoff_tests
-from tests.chat.test_handoffs import Receiver, ask_for_a_person, notified
+from tests.chat.support import handoff_helpers
+from tests.chat.support.handoff_helpers import Receiver, ask_for_a_person, notified
 from tests.provider import answer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# The visitors, the webhook's receiver and the notifications' bookkeeping of the handoff tests.
-visitors = handoff_tests.visitors
-chat = handoff_tests.chat
-receiver = handoff_tests.receiver
-handoff_settings = handoff_tests.handoff_settings
-no_notification_left_behind = handoff_tests.no_notification_left_behind
+# The visitors, the webhook's receiver and the notifications' bookkeeping of the handoff tests (handoff_helpers.py).
+visitors = handoff_helpers.visitors
+chat = handoff_helpers.chat
+receiver = handoff_helpers.receiver
+handoff_settings = handoff_helpers.handoff_settings
+no_notification_left_behind = handoff_helpers.no_notification_left_behind
 
 SECRET = "helpdesk-shared-secret"
 
@@ -641,7 +641,7 @@ def test_the_visitors_email_is_a_link_on_the_requests_page():
 
 def _documented_signer(language: str) -> str:
     """The code block after "Signing, in Python:" or "and in Node", in docs/operations.md."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "operations.md").read_text()
     fence = {"python": "```python\n", "node": "```js\n"}[language]
     start = doc.index(fence, doc.index("Signing, in Python:")) + len(fence)
     return doc[start : doc.index("```", start)]

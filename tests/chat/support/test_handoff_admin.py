@@ -1,4 +1,4 @@
-"""Support's queue of requests for a person (chat/support/admin.py): what
+"""Support's queue of requests for a person (chat/support/handoff_admin.py): what
 waits, the filters, the moves (claim, close, reopen) and their races, who may
 see and move what, and the requests on the conversation's own page."""
 

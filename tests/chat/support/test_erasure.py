@@ -1,7 +1,10 @@
 """Erasure at the visitor's request: the conversation admin's action (for
 holders of chat.erase_turn only, after a confirmation page) and
 `manage.py erase_conversation`. What the visitor and the model wrote goes,
-and the visitor's key with it; the numbers and the ledger stay."""
+and the visitor's key with it; the numbers and the ledger stay.
+
+Then retention (`manage.py purge_expired`): what is kept no longer than it
+must be. Last, what erasure and retention leave of a request for a person."""
 
 import io
 import json
@@ -10,6 +13,7 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -20,6 +24,8 @@ from django.contrib import admin
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import Group, Permission
 from django.contrib.messages import get_messages
+from django.contrib.sessions.backends.db import SessionStore
+from django.contrib.sessions.models import Session
 from django.core.exceptions import PermissionDenied
 from django.core.management import CommandError, call_command
 from django.db import models
@@ -29,7 +35,7 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat.admin.conversations import ERASED_MESSAGE
-from chat.models import Conversation, Feedback, Generation, RevokedKey, ToolCall, Turn
+from chat.models import Conversation, Feedback, Generation, Handoff, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
 from chat.support import erasure
 from chat.visitors.identity import hash_key
@@ -37,7 +43,7 @@ from chat.vocabulary import SEARCH_TOOL
 from tests.chat.chat_client import ChatClient
 from tests.provider import HTTPError, tool_round
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent.parent
 
 pytestmark = pytest.mark.django_db
 
@@ -389,3 +395,132 @@ def test_the_command_exits_non_zero_from_the_shell(conversation):
     assert result.returncode != 0
     assert "Not a conversation id" in result.stderr
     assert_untouched(conversation)
+
+
+# --- retention: manage.py purge_expired --------------------------------------------------
+
+
+def turn_started(days_ago: float, address: str) -> Turn:
+    conversation = Conversation.objects.create(visitor_hash="h")
+    turn = Turn.objects.create(
+        conversation=conversation,
+        user_text="q",
+        model="m",
+        status="completed",
+        client_address=address,
+        client_network=f"{address}/32",
+    )
+    Turn.objects.filter(pk=turn.pk).update(started_at=timezone.now() - timedelta(days=days_ago))
+    return turn
+
+
+def purge() -> str:
+    out = io.StringIO()
+    call_command("purge_expired", stdout=out)
+    return out.getvalue()
+
+
+def test_addresses_are_dropped_after_the_retention_period(settings):
+    settings.KOOKEE_ADDRESS_RETENTION_DAYS = 30
+    old = turn_started(31, "203.0.113.7")
+    recent = turn_started(29, "198.51.100.9")
+
+    output = purge()
+
+    old.refresh_from_db()
+    recent.refresh_from_db()
+    assert (old.client_address, old.client_network) == (None, "")
+    assert (recent.client_address, recent.client_network) == ("198.51.100.9", "198.51.100.9/32")
+    # Only the address goes: the turn and its text stay.
+    assert old.user_text == "q"
+    assert "1 turn(s)" in output
+
+
+def test_expired_sessions_are_cleared():
+    live, expired = SessionStore(), SessionStore()
+    live.create()
+    expired.create()
+    Session.objects.filter(pk=expired.session_key).update(expire_date=timezone.now() - timedelta(seconds=1))
+
+    purge()
+
+    assert list(Session.objects.values_list("session_key", flat=True)) == [live.session_key]
+
+
+def test_revoked_keys_are_kept_while_their_key_could_still_be_used(settings):
+    settings.KOOKEE_WIDGET_IDLE_DAYS = 30
+    settings.SESSION_COOKIE_AGE = 14 * 86400
+    recent = RevokedKey.objects.create(visitor_hash="recent")
+    old = RevokedKey.objects.create(visitor_hash="old")
+    RevokedKey.objects.filter(pk=old.pk).update(revoked_at=timezone.now() - timedelta(days=31))
+
+    purge()
+
+    assert list(RevokedKey.objects.values_list("visitor_hash", flat=True)) == [recent.visitor_hash]
+
+
+# --- what erasure and retention leave of a request for a person -----------------------------
+
+
+def handoff_in(visitor_hash: str, days_ago: float = 0) -> Handoff:
+    conversation = Conversation.objects.create(visitor_hash=visitor_hash, source_url="https://www.example.com/p")
+    turn = Turn.objects.create(
+        conversation=conversation, status="completed", user_text="SECRET question", model="m", client_network="x"
+    )
+    handoff = Handoff.objects.create(
+        conversation=conversation,
+        turn=turn,
+        source="visitor",
+        reason="SECRET reason",
+        email="secret@example.com",
+        client_network="203.0.113.7/32",
+        email_status="sent",
+        created_at=timezone.now() - timedelta(days=days_ago),
+    )
+    return handoff
+
+
+@pytest.mark.django_db
+def test_erasing_a_conversation_erases_its_requests():
+    erased, kept = handoff_in(hash_key("erase-me")), handoff_in(hash_key("keep-me"))
+    turn_id = erased.turn_id
+
+    erasure.erase_conversations([erased.conversation_id], by="test")
+
+    erased.refresh_from_db()
+    kept.refresh_from_db()
+    assert (erased.reason, erased.email, erased.client_network) == ("", "", "")
+    # The request itself stays, with Support's record of it, closed for good (nobody replies in it again).
+    assert (erased.status, erased.source, erased.email_status, erased.turn_id) == (
+        "closed",
+        "visitor",
+        "sent",
+        turn_id,
+    )
+    assert (kept.reason, kept.email, kept.client_network) == ("SECRET reason", "secret@example.com", "203.0.113.7/32")
+    assert RevokedKey.objects.filter(visitor_hash=hash_key("erase-me")).exists()
+
+
+@pytest.mark.django_db
+def test_the_erase_command_erases_requests_too():
+    handoff = handoff_in(hash_key("erase-me"))
+
+    call_command("erase_conversation", str(handoff.conversation.public_id), stdout=io.StringIO())
+
+    handoff.refresh_from_db()
+    assert (handoff.reason, handoff.email, handoff.client_network) == ("", "", "")
+
+
+@pytest.mark.django_db
+def test_old_requests_lose_their_network(settings):
+    settings.KOOKEE_ADDRESS_RETENTION_DAYS = 30
+    old, recent = handoff_in("a", days_ago=31), handoff_in("b", days_ago=29)
+
+    call_command("purge_expired", stdout=io.StringIO())
+
+    old.refresh_from_db()
+    recent.refresh_from_db()
+    assert old.client_network == ""
+    assert recent.client_network == "203.0.113.7/32"
+    # Only the network goes: what the visitor asked for stays until erased.
+    assert (old.reason, old.email) == ("SECRET reason", "secret@example.com")

@@ -1,6 +1,8 @@
 """Chunks that arrive together go to the visitor as one delta; chunks that
 arrive apart stay apart, and the first is never held back. The text seen and
-stored is the same however the chunks came."""
+stored is the same however the chunks came. (The provider's reader hands on
+what one network read brought as one batch, chat/engine/provider.py; the
+round loop sends a batch's text as one delta, chat/engine/rounds.py.)"""
 
 import asyncio
 import json
@@ -8,7 +10,7 @@ import json
 import pytest
 
 from chat.engine.rounds import RoundLoop, Tool
-from tests.chat.test_rounds import Sink as RecordingSink
+from tests.chat.engine.test_rounds import Sink as RecordingSink
 from tests.provider import DONE, Pause, WaitFor, chunk, finish, text, tool_fragment, usage
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "question"}]
