@@ -41,6 +41,8 @@ class Fault:
 
 
 class EmbeddingsServer(JSONServer):
+    path = "/embeddings"
+
     def __init__(self) -> None:
         super().__init__()
         self.faults: deque[Fault] = deque()

@@ -4,7 +4,8 @@ tests/rerank_server.py).
 
 A real HTTP/1.1 server, in a thread of the test's process (the indexer
 calls it from a thread, a search from the event loop). It keeps every
-request (path, body, Authorization) and answers what `answer` returns.
+request to its endpoint (path, body, Authorization) and answers what
+`answer` returns.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 
 class JSONServer:
+    path = ""  # the end of the path of the endpoint it plays; anything else is a 404
+
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         server = self
@@ -29,8 +32,14 @@ class JSONServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                server.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
-                status, payload = server.answer(body)
+                if not self.path.endswith(server.path):
+                    # Not the endpoint this server plays: a stray client (a
+                    # process of another test, whose server had this port
+                    # before) gets a 404, and the test never sees it.
+                    status, payload = 404, {"error": {"message": f"no {self.path} here"}}
+                else:
+                    server.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
+                    status, payload = server.answer(body)
                 raw = json.dumps(payload).encode()
                 try:
                     self.send_response(status)

@@ -17,6 +17,8 @@ from tests.json_server import JSONServer
 
 
 class RerankServer(JSONServer):
+    path = "/rerank"
+
     def __init__(self) -> None:
         super().__init__()
         self.prefer = ""
