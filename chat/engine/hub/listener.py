@@ -1,5 +1,5 @@
 """What this process's hub hears from the others, on its channel: each
-message of chat/engine/hub/hub_protocol.py handled by the method of its type's
+message of chat/engine/hub_protocol.py handled by the method of its type's
 name (`hub.watch` -> `hub_watch`), as channels' consumers dispatch; and the
 health check's round trip through that channel."""
 

@@ -1,5 +1,5 @@
 """Messages from this process's hub to another process, in order, one send
-at a time (chat/engine/hub/hub_protocol.py)."""
+at a time (chat/engine/hub_protocol.py)."""
 
 from __future__ import annotations
 

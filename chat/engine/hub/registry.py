@@ -1,6 +1,6 @@
 """This process's side of the hub: the tabs connected here, by visitor, the
 turns this process owns and those owned elsewhere that its tabs watch; what
-it sends other processes (chat/engine/hub/hub_protocol.py). What it hears from
+it sends other processes (chat/engine/hub_protocol.py). What it hears from
 them is chat/engine/hub/listener.py."""
 
 from __future__ import annotations
