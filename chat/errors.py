@@ -26,6 +26,7 @@ MESSAGES: dict[str, Promise] = {
     Code.NOT_FOUND: _("There is no finished answer of yours with that id."),
     Code.BAD_FEEDBACK: _("That rating could not be saved."),
     Code.BAD_HANDOFF: _("That request could not be sent: please check the email address."),
+    Code.BAD_IDENTITY: _("Your sign-in could not be verified: you are chatting without it."),
     # Limits (chat/visitors/limits.py).
     Code.RATE_LIMITED: _("You're sending messages quickly. Please wait a minute and try again."),
     Code.NETWORK_RATE_LIMITED: _("Many messages are coming from your network. Please try again shortly."),

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_exempt
 
@@ -37,8 +38,13 @@ def embed_page(request):
     The one here is fresh, for a first visit; a returning visitor's comes
     from the host page, in the URL fragment. The history comes over the
     WebSocket, for whichever token the page settles on.
+
+    The sites allowed to frame it (KOOKEE_EMBED_ORIGINS, as frame-ancestors
+    has them) go to its script too: only their pages may hand it a verified
+    visitor's identity (KookeeChat.identify, in static/chat/chat.js).
     """
-    response = render(request, "chat/embed.html", {"token": embed.new_token()})
+    context = {"token": embed.new_token(), "parent_origins": " ".join(settings.KOOKEE_EMBED_ORIGINS)}
+    response = render(request, "chat/embed.html", context)
     return private(with_policy(request, response, ancestors=embed.frame_ancestors()))
 
 

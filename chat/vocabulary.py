@@ -57,6 +57,7 @@ class Code(StrEnum):
     NOT_FOUND = "not_found"
     BAD_FEEDBACK = "bad_feedback"
     BAD_HANDOFF = "bad_handoff"
+    BAD_IDENTITY = "bad_identity"
     # Limits (chat/visitors/limits.py).
     RATE_LIMITED = "rate_limited"
     NETWORK_RATE_LIMITED = "network_rate_limited"

@@ -339,6 +339,14 @@ KOOKEE_EMBEDDINGS_THREADS = env.int("KOOKEE_EMBEDDINGS_THREADS", default=1)
 KOOKEE_EMBEDDINGS_PASSAGE_TOKENS = env.int("KOOKEE_EMBEDDINGS_PASSAGE_TOKENS", default=256)
 if not 16 <= KOOKEE_EMBEDDINGS_PASSAGE_TOKENS <= 512:
     raise ImproperlyConfigured("KOOKEE_EMBEDDINGS_PASSAGE_TOKENS must be between 16 and 512.")
+# Verified visitors (chat/visitors/verified.py): the key the customer's
+# backend signs a visitor's identity with (HS256), unset: nobody can be
+# verified; and how far ahead a token's expiry may lie.
+KOOKEE_IDENTITY_SECRET = env.str("KOOKEE_IDENTITY_SECRET", default="")
+if KOOKEE_IDENTITY_SECRET and len(KOOKEE_IDENTITY_SECRET.encode()) < 32:
+    # RFC 7518 3.2: an HS256 key shorter than the hash is guessable offline from one token.
+    raise ImproperlyConfigured("KOOKEE_IDENTITY_SECRET must be at least 32 bytes (e.g. secrets.token_urlsafe(32)).")
+KOOKEE_IDENTITY_MAX_AGE_SECONDS = env.int("KOOKEE_IDENTITY_MAX_AGE_SECONDS", default=86_400)
 # A second reading of a search's best candidates by a provider's rerank
 # endpoint (helpcenter/rerank.py): POST {KOOKEE_RERANK_BASE_URL}/rerank with
 # KOOKEE_RERANK_MODEL, off when the model is unset. It reads the first

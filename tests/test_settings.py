@@ -50,3 +50,14 @@ def test_a_rerank_model_without_an_endpoint_is_refused_at_start(tmp_path):
         "check", KOOKEE_RERANK_MODEL="rerank-v3.5", KOOKEE_RERANK_BASE_URL="https://api.cohere.com/v2", **common
     )
     assert taken.returncode == 0, taken.stderr
+
+
+def test_an_identity_secret_shorter_than_32_bytes_is_refused_at_start(tmp_path):
+    # An HS256 key shorter than its hash can be guessed offline from one visitor's token.
+    from tests.test_security import manage
+
+    common = {"DJANGO_DEBUG": "true", "DATABASE_URL": f"sqlite:///{tmp_path / 'x.sqlite3'}"}
+    refused = manage("check", KOOKEE_IDENTITY_SECRET="short-secret", **common)
+    assert refused.returncode != 0 and "KOOKEE_IDENTITY_SECRET" in refused.stderr
+    taken = manage("check", KOOKEE_IDENTITY_SECRET="x" * 32, **common)
+    assert taken.returncode == 0, taken.stderr

@@ -1,5 +1,6 @@
 """Conversations in the admin: transcripts that read like the chat did, with
-their counts at a glance, and erasure at a visitor's request.
+their counts at a glance, who a verified visitor is (what the customer's
+site signed: chat/visitors/verified.py), and erasure at a visitor's request.
 
 Model and visitor text is only ever rendered through escaping templates
 (`linebreaksbr`), never `mark_safe`.
@@ -28,6 +29,7 @@ from billing.templatetags.billing_admin import grouped, money
 from chat.admin.queries import ConversationRatingFilter, ConversationTurnStatusFilter, TurnModelFilter, per_row
 from chat.models import Conversation, Feedback, Generation, Handoff, ToolCall, Turn
 from chat.support import erasure
+from chat.support.admin import VerifiedFilter, verified_person
 from chat.templatetags.icons import thumb
 
 RESULT_EXCERPT_CHARS = 300
@@ -52,11 +54,20 @@ class ConversationAdmin(ModelAdmin):
         "flags",
     ]
     list_display_links = ["first_question"]
-    list_filter = ["created_at", ConversationTurnStatusFilter, ConversationRatingFilter, TurnModelFilter]
-    search_fields = ["turns__user_text", "turns__assistant_text", "=public_id"]
-    search_help_text = _("Searches what visitors and the assistant wrote.")
+    list_filter = [
+        "created_at",
+        VerifiedFilter,
+        ConversationTurnStatusFilter,
+        ConversationRatingFilter,
+        TurnModelFilter,
+    ]
+    # A verified visitor by their id on the customer's site (exactly) or their email.
+    search_fields = ["turns__user_text", "turns__assistant_text", "=public_id", "=verified_id", "verified_email"]
+    search_help_text = _(
+        "Searches what visitors and the assistant wrote, and verified visitors' ids and email addresses."
+    )
     date_hierarchy = "created_at"
-    fields = ["public_id", "created_at", "updated_at", "came_from", "handoffs", "transcript"]
+    fields = ["public_id", "created_at", "updated_at", "verified_person", "came_from", "handoffs", "transcript"]
     readonly_fields = fields
     actions = ["erase_visitors_text"]
 
@@ -226,7 +237,15 @@ class ConversationAdmin(ModelAdmin):
         if obj.handoff_count:
             label = gettext("waiting for a person") if obj.waiting_count else gettext("asked for a person")
             flags.insert(0, format_html('<span class="kk-flag kk-flag--handoff">{}</span>', label))
+        if obj.verified_id:
+            # A verified visitor, among the flags: a column of its own did not fit 1,400 px.
+            flags.insert(0, verified_person(obj))
         return format_html_join(", ", "{}", ((flag,) for flag in flags))
+
+    @admin.display(description=_("visitor"))
+    def verified_person(self, obj) -> str:
+        """Who the customer's site says the visitor is, in full; read-only."""
+        return verified_person(obj, full=True)
 
     @admin.display(description=_("came from"))
     def came_from(self, obj) -> str:

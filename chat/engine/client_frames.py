@@ -63,6 +63,14 @@ def unknown(frame_type: str) -> BadFrame:
     return BadFrame(Code.UNKNOWN_TYPE, _("Unknown frame type %(type)r.") % {"type": frame_type[:40]})
 
 
+def identify(frame: dict[str, Any]) -> str:
+    """The signed token of an `identify` frame (checked by chat/visitors/verified.py)."""
+    token = frame.get("token")
+    if not isinstance(token, str) or not token:
+        raise BadFrame(Code.BAD_IDENTITY, _('"token" must be the signed token your site gave you.'))
+    return token
+
+
 def history(frame: dict[str, Any]) -> HistoryAsked:
     before = frame.get("before")
     if before is not None and (type(before) is not int or before < 1):

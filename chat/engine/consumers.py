@@ -13,6 +13,7 @@ which follows the conversation's turns wherever they run.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,7 +32,7 @@ from chat import errors
 from chat.engine import backpressure, capacity, client_frames, fastjson, frames, history, hub, lifecycle, records, turns
 from chat.engine.client_frames import BadFrame
 from chat.support import feedback, handoffs
-from chat.visitors import access, embed, limits
+from chat.visitors import access, embed, limits, verified
 from chat.visitors import identity as visitors
 from chat.visitors.identity import Visitor
 from chat.visitors.limits import FrameBudget, LimitReached
@@ -264,6 +265,32 @@ class ChatConsumer(AsyncWebsocketConsumer):
             await self._error(Code.SERVER_ERROR)
             return
         await self.send_json(frames.handoff_saved(handoff))
+
+    async def frame_identify(self, visitor: Visitor, frame: dict[str, Any]) -> None:
+        """The visitor proves who they are with a token their site signed
+        (chat/visitors/verified.py). Their conversation becomes that
+        person's; if it is another person's, the key starts over and the tab
+        starts afresh, so that nobody sees the earlier person's."""
+        token = await self._parsed(client_frames.identify, frame)
+        if token is None:
+            return
+        try:
+            person = verified.verify(token)
+        except verified.BadIdentity as bad:
+            logger.info("identify refused: %s", bad)  # the reason, never the token
+            await self._error(Code.BAD_IDENTITY)
+            return
+        try:
+            switched = await database_sync_to_async(access.identify)(visitor, self.conversation_id, person)
+        except access.Refused:
+            switched = True
+        if switched:
+            # As a `forget` does: the page takes a fresh key and proves the new person again.
+            await self._stop_turn()
+            await self.close(code=CLOSE_REFUSED, reason="Start afresh.")
+            return
+        self.visitor = dataclasses.replace(visitor, person=person)
+        await self.send_json(frames.identified(person.id, person.name))
 
     async def frame_message(self, visitor: Visitor, frame: dict[str, Any]) -> None:
         text = await self._parsed(client_frames.message, frame)

@@ -138,10 +138,18 @@ class VisitorMessage(TypedDict):
     at: str  # ISO 8601
 
 
+class Identified(TypedDict):
+    """The tab's `identify` proved who the visitor is (never the token)."""
+
+    type: Literal["identified"]
+    id: str
+    name: str
+
+
 # What a turn sends to its tabs, through the hub.
 TurnFrame = TurnStarted | Delta | ToolFrame | TurnResume | TurnEnded | Error
 # Every frame a tab can be sent.
-Frame = TurnFrame | History | FeedbackSaved | HandoffSaved | HandoffUpdated | AgentMessage | VisitorMessage
+Frame = TurnFrame | History | FeedbackSaved | HandoffSaved | HandoffUpdated | AgentMessage | VisitorMessage | Identified
 
 
 def usage(input_tokens: int, output_tokens: int, estimated: bool) -> Usage:
@@ -258,3 +266,7 @@ def agent_message(message_id: int, text: str, author: str, at: str) -> AgentMess
 
 def visitor_message(message_id: int, text: str, at: str) -> VisitorMessage:
     return {"type": "visitor.message", "id": message_id, "text": text, "at": at}
+
+
+def identified(person_id: str, name: str) -> Identified:
+    return {"type": "identified", "id": person_id, "name": name}

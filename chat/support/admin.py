@@ -1,10 +1,13 @@
 """Support's loop in the admin: what visitors said of the answers (the
 feedback queue), who asked for a person (the handoff queue), what the help
 center is missing (unanswered questions, and every search), and the support
-report. Read-only but for a handoff's state; no prices anywhere.
+report; who a verified visitor is, on transcripts and requests. Read-only
+but for a handoff's state; no prices anywhere.
 """
 
 from __future__ import annotations
+
+import json
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -19,14 +22,14 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import mark_safe
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from base.admin import ModelAdmin, WrittenByTheApp
-from chat.models import Feedback, Search, SupportReport, ToolCall, UnansweredQuestion
+from chat.models import Conversation, Feedback, Search, SupportReport, ToolCall, UnansweredQuestion
 from chat.sources import search_results, used_articles
 from chat.support import reports
 from chat.text import thumb_svg
@@ -42,6 +45,80 @@ def _when(value) -> str:
 def _conversation_link(conversation_id: int, public_id) -> str:
     url = reverse("admin:chat_conversation_change", args=[conversation_id])
     return format_html('<a href="{}">{}</a>', url, str(public_id)[:8])
+
+
+# --- who a verified visitor is ------------------------------------------------------------------
+
+
+def verified_person(conversation: Conversation, *, full: bool = False) -> str:
+    """Who the visitor is, when the customer's site vouched for them with a
+    signed token (chat/visitors/verified.py): in a list, a "Verified" badge
+    and their id (name and email in its tooltip); with `full` (a
+    transcript's or a request's own page), the id, name, email (a link) and
+    the token's attributes. "Anonymous" otherwise. Only what the token
+    said: never edited here, blank once erased."""
+    if not conversation.verified_id:
+        label = gettext("(erased)") if conversation.erased_at else gettext("Anonymous")
+        return format_html('<span class="kk-reason kk-anonymous">{}</span>', label)
+
+    if not full:
+        # In a list, one short line (the lists fit a 1,400 px screen): the
+        # badge and the id; the name and email in its tooltip.
+        who = ", ".join(v for v in (conversation.verified_name, conversation.verified_email) if v)
+        return format_html(
+            '<span class="kk-badge kk-badge--verified" title="{}"><span aria-hidden="true">✓</span> {}</span> '
+            '<code class="kk-verified-id" title="{}">{}</code>',
+            " ".join(filter(None, (gettext("Your site signed who this visitor is."), who))),
+            gettext("Verified"),
+            conversation.verified_id,
+            Truncator(conversation.verified_id).chars(14),
+        )
+    badge = format_html(
+        '<span class="kk-badge kk-badge--verified" title="{}"><span aria-hidden="true">✓</span> {}</span> '
+        '<code class="kk-verified-id">{}</code>',
+        gettext("Your site signed who this visitor is."),
+        gettext("Verified"),
+        conversation.verified_id,
+    )
+    lines = [badge]
+    if conversation.verified_name:
+        lines.append(format_html("{}", conversation.verified_name))
+    if conversation.verified_email:
+        email = conversation.verified_email
+        lines.append(format_html('<a href="mailto:{}">{}</a>', email, email))
+    attributes = conversation.verified_attributes
+    if attributes and isinstance(attributes, dict):
+        pairs = (
+            (key, value if isinstance(value, str) else json.dumps(value)) for key, value in sorted(attributes.items())
+        )
+        lines.append(format_html('<span class="kk-reason">{}</span>', format_html_join("; ", "{}: {}", pairs)))
+    return format_html_join(SafeString("<br>"), "{}", ((line,) for line in lines))
+
+
+class VerifiedFilter(admin.SimpleListFilter):
+    """Conversations of visitors the customer's site verified, or of
+    anonymous ones (an erased conversation is anonymous: its person was
+    erased with it)."""
+
+    title = _("visitor")
+    parameter_name = "verified"
+    path = "verified_id"
+
+    def lookups(self, request, model_admin):
+        return [("yes", _("Verified")), ("no", _("Anonymous"))]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.exclude(**{self.path: ""})
+        if self.value() == "no":
+            return queryset.filter(**{self.path: ""})
+        return queryset
+
+
+class RequestVerifiedFilter(VerifiedFilter):
+    """Requests for a person from verified visitors, or from anonymous ones."""
+
+    path = "conversation__verified_id"
 
 
 def rating_badge(feedback: Feedback) -> str:

@@ -68,8 +68,15 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     Message.objects.filter(conversation__in=conversations).update(
         text="", external_id="", erased_at=Coalesce("erased_at", Value(now))
     )
+    # The verified person too: their id, name and email are theirs to have erased.
     Conversation.objects.filter(pk__in=[c.pk for c in conversations]).update(
-        visitor_hash="", source_url="", erased_at=Coalesce("erased_at", Value(now))
+        visitor_hash="",
+        source_url="",
+        verified_id="",
+        verified_name="",
+        verified_email="",
+        verified_attributes={},
+        erased_at=Coalesce("erased_at", Value(now)),
     )
     turns.update(
         user_text="",

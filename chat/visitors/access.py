@@ -17,6 +17,7 @@ from django.utils import timezone
 from chat.models import Conversation, Handoff, RevokedKey
 from chat.visitors import embed
 from chat.visitors.identity import Visitor, hash_key
+from chat.visitors.verified import Person
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -108,7 +109,9 @@ def conversation_for(
         # As the annotation below would say of it: nobody has a new conversation.
         created = cast(
             "WithAnnotations[Conversation, Claimed]",
-            Conversation.objects.create(visitor_hash=visitor.hash, source_url=visitor.page),
+            Conversation.objects.create(
+                visitor_hash=visitor.hash, source_url=visitor.page, **_verified_fields(visitor.person)
+            ),
         )
         created.claimed = False
         return created
@@ -118,13 +121,58 @@ def conversation_for(
     # the visitor's words go to them (chat/support/replies.py).
     conversation = (
         Conversation.objects.select_for_update()
-        .only("visitor_hash", "updated_at")
+        .only("visitor_hash", "updated_at", "verified_id")
         .annotate(claimed=Exists(Handoff.objects.filter(conversation=OuterRef("pk"), status=Handoff.Status.CLAIMED)))
         .get(pk=conversation_id)
     )
     if conversation.visitor_hash != visitor.hash:
         raise Refused  # started over or erased since this tab connected
+    if visitor.person is not None and conversation.verified_id != visitor.person.id:
+        if conversation.verified_id:
+            raise Refused  # another person's: a tab of theirs proved someone else since (see identify)
+        _verify(conversation, visitor.person)
     return conversation
+
+
+@transaction.atomic
+def identify(visitor: Visitor, conversation_id: int | None, person: Person) -> bool:
+    """Gives the visitor's conversation to the person their tab proved (an
+    anonymous one becomes theirs; one of theirs takes the token's latest
+    name, email and attributes; a first one is stamped when created).
+    Returns True when it is another person's: the key then starts over, as
+    with `forget_visitor`, so that nobody sees the earlier person's
+    conversation, and the tab must start afresh. Raises Refused when the
+    key no longer reaches it."""
+    conversation_id = conversation_id or conversation_of(visitor.hash)
+    if conversation_id is None:
+        return False
+    conversation = Conversation.objects.select_for_update().only("visitor_hash", "verified_id").get(pk=conversation_id)
+    if conversation.visitor_hash != visitor.hash:
+        raise Refused
+    if conversation.verified_id and conversation.verified_id != person.id:
+        forget_visitor(visitor.hash)
+        privacy_log.info("a visitor proved another person: key revoked, conversations detached")
+        return True
+    _verify(conversation, person)
+    return False
+
+
+def _verified_fields(person: Person | None) -> dict[str, object]:
+    if person is None:
+        return {}
+    return {
+        "verified_id": person.id,
+        "verified_name": person.name,
+        "verified_email": person.email,
+        "verified_attributes": dict(person.attributes),
+    }
+
+
+def _verify(conversation: Conversation, person: Person) -> None:
+    fields = _verified_fields(person)
+    for name, value in fields.items():
+        setattr(conversation, name, value)
+    conversation.save(update_fields=list(fields))
 
 
 # The first key of PostgreSQL's two-key advisory locks that this app takes.

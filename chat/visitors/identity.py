@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils.crypto import salted_hmac
 
+from chat.visitors.verified import Person
+
 
 @dataclass(frozen=True)
 class Visitor:
@@ -29,6 +31,9 @@ class Visitor:
     # The page they chat from: a customer's page embedding the widget, or ""
     # for the chat page (see chat.engine.consumers._source_page).
     page: str = ""
+    # Who the customer's backend says they are, once their tab proved it
+    # (an `identify` frame: chat/visitors/verified.py); None: anonymous.
+    person: Person | None = None
 
     @classmethod
     def of(cls, visitor_hash: str, address: str | None, page: str = "") -> Visitor:

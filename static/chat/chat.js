@@ -1,5 +1,5 @@
 // The chat, on the chat page and in the widget's frame: one WebSocket, the
-// frames of docs/contract.md, plus {"type": "history"} to learn what the
+// frames of docs/turns.md, plus {"type": "history"} to learn what the
 // server stored (on every connect: after a drop, the truth about an answer
 // that was in flight comes from there, not from what this page guessed),
 // and {"type": "forget"} to start over.
@@ -135,6 +135,102 @@ async function freshToken() {
   if (!response.ok) throw new Error(`HTTP ${response.status}`);
   const page = new DOMParser().parseFromString(await response.text(), "text/html");
   return page.getElementById("chat").dataset.token;
+}
+
+// --- a verified visitor --------------------------------------------------------------------
+// The customer's site may vouch for who its visitor is: a token its backend
+// signed (docs/turns.md, "identify"). In the widget, the host page gives
+// it to static/chat/widget.js (KookeeChat.identify), which posts it to this
+// frame; on the chat page, KookeeChat.identify is this page's own. It is a
+// credential: kept in memory only (never in storage, never in the URL), and
+// presented on every socket this page opens, since the server forgets it
+// with the socket. A token the server refuses leaves the chat anonymous.
+let identity = null;
+let identitySent = null; // the token this socket was given (reset on each connect)
+let person = null; // whom the server says it proves: {id, name}
+
+// The person signed out of the site (KookeeChat.signOut): the next one on
+// this browser must not see their conversation. It starts over as "New
+// conversation" does, without asking: the server revokes the key and
+// closes with 4401, and renew() comes back as a new, anonymous visitor.
+function signOut() {
+  identity = null;
+  identitySent = null;
+  person = null;
+  restarting = true;
+  sendSoon({ type: "forget" });
+}
+
+function identify(value) {
+  if (typeof value !== "string" || !value) return;
+  identity = value;
+  sendIdentity(socket);
+}
+
+// Straight onto an open socket, not through send(): it may go before the
+// first history has answered, and the server takes frames in order, so it
+// is settled before anything the visitor sends on this socket.
+function sendIdentity(ws) {
+  if (!identity || identity === identitySent || ws?.readyState !== WebSocket.OPEN) return;
+  identitySent = identity;
+  ws.send(JSON.stringify({ type: "identify", token: identity }));
+}
+
+// Whether a page of this origin may frame the chat, as the server decides
+// it: our own origin ('self' in frame-ancestors) or one of the sites the
+// embed page lists (data-parent-origins: KOOKEE_EMBED_ORIGINS), matched as
+// chat/visitors/origins.py does (scheme, host and port exactly;
+// `https://*.example.com` covers the subdomains, not the domain itself).
+function mayFrame(origin) {
+  if (origin === location.origin) return true;
+  let url;
+  try {
+    url = new URL(origin);
+  } catch {
+    return false; // "null": a sandboxed parent, or a file
+  }
+  return (root.dataset.parentOrigins || "")
+    .split(" ")
+    .filter(Boolean)
+    .some((allowed) => {
+      const wildcard = allowed.includes("://*.");
+      let listed;
+      try {
+        listed = new URL(allowed.replace("://*.", "://"));
+      } catch {
+        return false;
+      }
+      if (listed.protocol !== url.protocol || listed.port !== url.port) return false;
+      if (!wildcard) return url.hostname === listed.hostname;
+      const below = url.hostname.slice(0, -(listed.hostname.length + 1));
+      return url.hostname.endsWith(`.${listed.hostname}`) && below.split(".").every(Boolean);
+    });
+}
+
+if (embedded && framed) {
+  // From the host page only: the frame's parent, not any window that holds
+  // a reference to this frame (a sibling frame, an opener, a popup), and on
+  // a site allowed to frame the chat. frame-ancestors vetted the parent when
+  // this page loaded; its origin is checked again here, so that a site the
+  // server does not list cannot make the visitor someone else, even were
+  // that header lost on the way (a proxy, a cache) or not enforced.
+  window.addEventListener("message", (event) => {
+    if (event.source !== window.parent || !mayFrame(event.origin)) return;
+    if (event.data?.type === "kookee:identify") identify(event.data.token);
+    if (event.data?.type === "kookee:sign-out") signOut();
+  });
+} else if (!embedded) {
+  // On the chat page, the same API the widget's script gives a host page,
+  // its queue of earlier calls included (see static/chat/widget.js).
+  const api = window.KookeeChat && typeof window.KookeeChat === "object" ? window.KookeeChat : {};
+  const queued = Array.isArray(api.q) ? api.q.splice(0) : [];
+  api.identify = identify;
+  api.signOut = signOut;
+  window.KookeeChat = api;
+  for (const call of queued) {
+    if (Array.isArray(call) && call[0] === "identify") identify(call[1]);
+    if (Array.isArray(call) && call[0] === "signOut") signOut();
+  }
 }
 
 // --- rendering -----------------------------------------------------------------------------
@@ -688,6 +784,13 @@ const handlers = {
     if (view) showTool(view, frame.name, frame.status);
   },
   error: (frame) => {
+    if (frame.code === "bad_identity") {
+      // The site's token proved nothing (expired, signed with another key, no
+      // key set here): the chat goes on anonymously, and the visitor needs
+      // to know nothing of it. Not a refusal of a pending question either.
+      console.warn("Kookee chat: the identity token was refused (bad_identity); chatting anonymously.");
+      return;
+    }
     if (HANDOFF_ERRORS.has(frame.code)) {
       if (askPerson.open) askPersonError.textContent = frame.message;
       else setConnection(frame.message, "open");
@@ -719,6 +822,12 @@ const handlers = {
       setUserText(current, "");
       send({ type: "history" });
     }
+  },
+  identified: (frame) => {
+    // Nothing changes on screen: the conversation is the person's now. Said
+    // on the root, for whoever styles or tests it.
+    person = { id: frame.id, name: frame.name };
+    root.dataset.identified = "true";
   },
   "agent.message": (frame) => showMessage({ ...frame, kind: "agent" }),
   "visitor.message": (frame) => {
@@ -850,6 +959,7 @@ function connect() {
   lastAttempt = Date.now();
   held = [];
   looked = false;
+  identitySent = null;
   const ws = new WebSocket(socketUrl());
   let opened = false;
   socket = ws;
@@ -859,6 +969,8 @@ function connect() {
   ws.addEventListener("open", () => {
     opened = true;
     ws.send(JSON.stringify({ type: "history" }));
+    // Right after, so that the history is not kept waiting for it.
+    if (socket === ws) sendIdentity(ws);
   });
   ws.addEventListener("message", (event) => {
     let frame;
@@ -950,6 +1062,11 @@ async function renew() {
   if (restarting) notice = gettext("Started a new conversation.");
   else if (views.size) notice = gettext("This conversation has ended. Your next message starts a new one.");
   restarting = false;
+  // A new key, not yet anyone's: the identity (if any) goes again on the
+  // next socket. Refused after an identify, this is how the conversation of
+  // whoever this browser proved before is left behind.
+  person = null;
+  delete root.dataset.identified;
   clearLog();
   setConnection(gettext("Starting a new conversation…"), "reconnecting");
   try {

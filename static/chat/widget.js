@@ -3,6 +3,20 @@
 // A bubble opens the chat in a frame served by Kookee (/embed/). The frame
 // does the chatting; this script only shows, hides and places it, inside a
 // shadow root so that the host page's styles and ours never mix.
+//
+// A site whose visitors sign in may tell the chat who they are: its backend
+// signs a token (an HS256 JWT, docs/turns.md, "identify") and its page
+// calls KookeeChat.identify(token). The script tag is async, so the page
+// cannot know when it has run: a call made before then goes into a queue,
+// which this script replays when it runs. Put this before the tag (it is a
+// no-op once the script has run, so it may also go anywhere after it):
+//   <script>
+//     window.KookeeChat = window.KookeeChat || { q: [], identify(t) { this.q.push(["identify", t]); },
+//       signOut() { this.q.push(["signOut"]); } };
+//     KookeeChat.identify("TOKEN FROM YOUR BACKEND");
+//   </script>
+// When the person signs out of the site, call KookeeChat.signOut(): the
+// next person on this browser starts a conversation of their own.
 (() => {
   "use strict";
   const script = document.currentScript;
@@ -81,7 +95,52 @@
         /* see get() */
       }
     },
+    remove() {
+      try {
+        localStorage.removeItem(TOKEN_KEY);
+      } catch {
+        /* see get() */
+      }
+    },
   };
+
+  // The verified visitor's token (KookeeChat.identify): in memory only. It
+  // is a credential, the host page's to keep; the frame gets it by message,
+  // never in its URL (which a server, a log or a Referer could see).
+  let identity = null;
+  let frameLoaded = false;
+
+  // To the frame, and only if its document is Kookee's: never "*", which
+  // would hand the token to whatever page the frame showed instead (an
+  // error page, or one it was navigated to).
+  function postIdentity() {
+    if (identity && frameLoaded) frame.contentWindow.postMessage({ type: "kookee:identify", token: identity }, origin);
+  }
+
+  function identify(token) {
+    if (typeof token !== "string" || !token) return;
+    identity = token;
+    signingOut = false;
+    postIdentity();
+  }
+
+  // The person signed out of the site: the next one on this browser must
+  // not see their conversation. The stored key goes (a new visitor next
+  // time), and an open chat starts over as its "New conversation" does (the
+  // server revokes the key); a frame still loading is told when it loads.
+  let signingOut = false;
+  function signOut() {
+    identity = null;
+    storage.remove();
+    signingOut = Boolean(frame);
+    postSignOut();
+  }
+
+  function postSignOut() {
+    if (!signingOut || !frameLoaded) return;
+    signingOut = false;
+    frame.contentWindow.postMessage({ type: "kookee:sign-out" }, origin);
+  }
 
   let frame = null;
   function setOpen(open) {
@@ -96,6 +155,17 @@
       if (token) fragment.set("token", token);
       fragment.set("page", location.origin + location.pathname);
       frame.src = `${origin}/embed/#${fragment}`;
+      // Each document the frame loads (the first, and any reload) starts
+      // with no identity: it gets it on its `load`, which comes after the
+      // chat's module script has run and listens. (Posted earlier, it would
+      // reach the frame's initial about:blank, on the host's origin, and be
+      // dropped for the target origin.) The frame keeps it across its own
+      // reconnections.
+      frame.addEventListener("load", () => {
+        frameLoaded = true;
+        postSignOut();
+        postIdentity();
+      });
       panel.append(frame);
     }
     panel.hidden = !open;
@@ -110,6 +180,19 @@
     if (event.data?.type === "kookee:close") setOpen(false);
     if (event.data?.type === "kookee:token" && typeof event.data.token === "string") storage.set(event.data.token);
   });
+
+  // The page's API. The object the page may have made for its queue is kept
+  // (and its calls replayed in order): a reference the page holds to it
+  // then calls the real identify too.
+  const api = window.KookeeChat && typeof window.KookeeChat === "object" ? window.KookeeChat : {};
+  const queued = Array.isArray(api.q) ? api.q.splice(0) : [];
+  api.identify = identify;
+  api.signOut = signOut;
+  window.KookeeChat = api;
+  for (const call of queued) {
+    if (Array.isArray(call) && call[0] === "identify") identify(call[1]);
+    if (Array.isArray(call) && call[0] === "signOut") signOut();
+  }
 
   shadow.append(style, panel, bubble);
   (document.body || document.documentElement).append(host);

@@ -397,6 +397,142 @@ def test_the_command_exits_non_zero_from_the_shell(conversation):
     assert_untouched(conversation)
 
 
+# --- a verified person: erase_conversation --verified-id ---------------------------------------
+
+PERSON = {
+    "verified_name": "Ana SECRET Souza",
+    "verified_email": "ana.secret@example.com",
+    "verified_attributes": {"plan": "SECRET-pro"},
+}
+
+
+def verified(conversation: Conversation, person_id: str = "user-42") -> Conversation:
+    """The conversation of the person the customer's site verified with this id."""
+    Conversation.objects.filter(pk=conversation.pk).update(verified_id=person_id, **PERSON)
+    conversation.refresh_from_db()
+    return conversation
+
+
+def person_of(conversation: Conversation) -> tuple:
+    conversation.refresh_from_db()
+    return (
+        conversation.verified_id,
+        conversation.verified_name,
+        conversation.verified_email,
+        conversation.verified_attributes,
+    )
+
+
+def erased_lines(*conversations: Conversation) -> list[str]:
+    return sorted(f"Erased conversation {c.public_id}." for c in conversations)
+
+
+def test_the_command_erases_every_conversation_of_a_verified_id(caplog):
+    laptop = verified(make_conversation(hash_key("ana-on-her-laptop")))
+    phone = verified(make_conversation(hash_key("ana-on-her-phone")))
+    bob = verified(make_conversation(hash_key("bob")), "user-7")
+    anonymous = make_conversation(hash_key("anonymous"))
+    caplog.set_level(logging.INFO, logger="kookee.privacy")
+    logging.getLogger("kookee.privacy").addHandler(caplog.handler)  # "kookee" does not propagate
+
+    try:
+        call_command("erase_conversation", "--verified-id", "user-42", stdout=(out := io.StringIO()))
+    finally:
+        logging.getLogger("kookee.privacy").removeHandler(caplog.handler)
+
+    for conversation in (laptop, phone):
+        assert_erased(conversation)
+        assert person_of(conversation) == ("", "", "", {})
+    assert sorted(out.getvalue().splitlines()) == erased_lines(laptop, phone)
+    assert set(RevokedKey.objects.values_list("visitor_hash", flat=True)) == {
+        hash_key("ana-on-her-laptop"),
+        hash_key("ana-on-her-phone"),
+    }
+    assert "SECRET" not in caplog.text and "user-42" not in caplog.text  # public ids only
+    assert_untouched(bob)
+    assert person_of(bob) == ("user-7", *PERSON.values())
+    assert_untouched(anonymous)
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--verified-id", "user-999"], "'user-999'"),
+        (["--verified-id", "user-42", "--verified-id", "user-999"], "'user-999'"),
+        (["KNOWN", "--verified-id", "user-999"], "'user-999'"),
+        (["--verified-id", "USER-42"], "'USER-42'"),  # the id exactly, as the site signed it
+        (["--verified-id", ""], "''"),  # not every anonymous conversation
+    ],
+)
+def test_the_command_refuses_an_unknown_verified_id_and_erases_nothing(conversation, args, complaint):
+    verified(conversation)
+    anonymous = make_conversation(hash_key("anonymous"))
+    args = [str(conversation.public_id) if arg == "KNOWN" else arg for arg in args]
+
+    with pytest.raises(CommandError) as refused:
+        call_command("erase_conversation", *args, stdout=io.StringIO())
+
+    assert f"No conversation of the verified id {complaint}" in str(refused.value)
+    assert "Nothing erased." in str(refused.value)
+    assert_untouched(conversation)
+    assert person_of(conversation) == ("user-42", *PERSON.values())
+    assert_untouched(anonymous)
+    assert not RevokedKey.objects.exists()
+
+
+def test_the_command_takes_public_ids_and_verified_ids_together():
+    ana = verified(make_conversation(hash_key("ana")))
+    anonymous = make_conversation(hash_key("anonymous"))
+    bob = verified(make_conversation(hash_key("bob")), "user-7")
+    kept = make_conversation(hash_key("kept"))
+
+    call_command(
+        "erase_conversation",
+        str(anonymous.public_id),
+        str(ana.public_id),  # also hers by id: erased once
+        "--verified-id",
+        "user-42",
+        "--verified-id",
+        "user-7",
+        stdout=(out := io.StringIO()),
+    )
+
+    for conversation in (ana, anonymous, bob):
+        assert_erased(conversation)
+        assert person_of(conversation) == ("", "", "", {})
+    assert sorted(out.getvalue().splitlines()) == erased_lines(ana, anonymous, bob)
+    assert_untouched(kept)
+
+
+def test_the_command_refuses_a_bad_public_id_beside_a_verified_id(conversation):
+    verified(conversation)
+
+    with pytest.raises(CommandError, match="Not a conversation id"):
+        call_command("erase_conversation", "not-a-uuid", "--verified-id", "user-42")
+
+    assert_untouched(conversation)
+    assert person_of(conversation)[0] == "user-42"
+
+
+def test_the_command_needs_an_id(conversation):
+    verified(conversation)
+
+    with pytest.raises(CommandError) as refused:
+        call_command("erase_conversation")
+
+    assert "public ids, or --verified-id" in str(refused.value) and "Nothing erased." in str(refused.value)
+    assert_untouched(conversation)
+
+
+def test_erasing_from_the_admin_erases_the_verified_person(root_client, conversation):
+    verified(conversation)
+
+    erase(root_client, conversation)
+
+    assert_erased(conversation)
+    assert person_of(conversation) == ("", "", "", {})
+
+
 # --- retention: manage.py purge_expired --------------------------------------------------
 
 
