@@ -10,8 +10,10 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,3 +115,18 @@ def _wait_until_listening(port: int, process: subprocess.Popen) -> None:
         except OSError:
             time.sleep(0.1)
     raise TimeoutError("daphne did not start")
+
+
+@contextmanager
+def sites(handler: type, count: int):
+    """`count` plain HTTP servers on loopback, each its own origin (a
+    customer's site, say), answering with `handler`: their origins."""
+    servers = [ThreadingHTTPServer(("127.0.0.1", 0), handler) for _ in range(count)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield [f"http://127.0.0.1:{server.server_address[1]}" for server in servers]
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()

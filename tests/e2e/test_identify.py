@@ -5,10 +5,9 @@ from its parent, on a site allowed to frame the chat."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import jwt
 import pytest
@@ -17,6 +16,7 @@ from playwright.sync_api import expect
 from tests.e2e.conftest import OFFLINE, App
 from tests.e2e.conftest import chat as ask_and_wait
 from tests.servers import daphne, free_port
+from tests.servers import sites as local_sites
 
 pytestmark = pytest.mark.slow
 
@@ -59,15 +59,8 @@ class _Pages(BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def sites() -> Iterator[list[str]]:
     """Three sites' origins: the first two may embed the widget, the third may not."""
-    servers = []
-    for _ in range(3):
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Pages)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(server)
-    yield [f"http://127.0.0.1:{server.server_address[1]}" for server in servers]
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with local_sites(_Pages, 3) as origins:
+        yield origins
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from playwright.sync_api import expect
 
 from tests.e2e.conftest import OFFLINE, App
 from tests.e2e.conftest import chat as ask_and_wait
-from tests.servers import daphne, free_port
+from tests.servers import daphne, free_port, sites
 
 HOST_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Acme store</title>
@@ -28,15 +27,8 @@ HOST_PAGE = """<!doctype html>
 @pytest.fixture(scope="module")
 def customer_sites() -> Iterator[list[str]]:
     """Two customer sites' origins: the first may embed the widget."""
-    servers = []
-    for _ in range(2):
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _HostPage)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(server)
-    yield [f"http://127.0.0.1:{server.server_address[1]}" for server in servers]
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with sites(_HostPage, 2) as origins:
+        yield origins
 
 
 class _HostPage(BaseHTTPRequestHandler):

@@ -4,6 +4,7 @@ frame): an anonymous conversation becomes the verified person's, a person's
 stays theirs, and proving another person starts the key afresh, so that
 nobody sees the earlier person's conversation. The token is never stored."""
 
+import logging
 import time
 
 import jwt
@@ -148,3 +149,26 @@ async def test_identify_is_answered_in_the_tabs_language(use_provider):
     error = await client.receive_until("error")
     assert error["code"] == "bad_identity" and "verificar o seu login" in error["message"]
     await client.close()
+
+
+async def test_no_token_reaches_the_log(use_provider, caplog):
+    # The reason a token was refused is logged, for the site's developers; the token never is.
+    caplog.set_level(logging.DEBUG, logger="kookee")
+    logger = logging.getLogger("kookee")
+    logger.addHandler(caplog.handler)
+    try:
+        client = await ChatClient.connect()
+        forged = token(secret="a forger's key, long enough to be taken")
+        good = token("user-42", name="Ana")
+        await client.send({"type": "identify", "token": forged})
+        await client.receive_until("error")
+        await identify(client, good)
+        use_provider.queue(answer("Hello Ana."))
+        await client.finish(await client.ask("hi"))
+        await client.close()
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert "identify refused" in caplog.text
+    assert forged not in caplog.text and good not in caplog.text
+    for part in (*forged.split("."), *good.split(".")):
+        assert part not in caplog.text
