@@ -347,6 +347,21 @@ if KOOKEE_IDENTITY_SECRET and len(KOOKEE_IDENTITY_SECRET.encode()) < 32:
     # RFC 7518 3.2: an HS256 key shorter than the hash is guessable offline from one token.
     raise ImproperlyConfigured("KOOKEE_IDENTITY_SECRET must be at least 32 bytes (e.g. secrets.token_urlsafe(32)).")
 KOOKEE_IDENTITY_MAX_AGE_SECONDS = env.int("KOOKEE_IDENTITY_MAX_AGE_SECONDS", default=86_400)
+# Actions (chat/actions/): calls of the customer's API. Each has
+# KOOKEE_ACTION_TIMEOUT_SECONDS in all; one that would change something
+# waits KOOKEE_ACTION_CONFIRM_SECONDS at most for the visitor's yes (then
+# it is a no); the model reads at most KOOKEE_ACTION_RESULT_CHARS of an
+# answer. An API on a private or loopback address is refused unless
+# KOOKEE_ACTIONS_ALLOW_PRIVATE (an API on the customer's own network).
+KOOKEE_ACTION_TIMEOUT_SECONDS = env.float("KOOKEE_ACTION_TIMEOUT_SECONDS", default=10.0)
+KOOKEE_ACTION_CONFIRM_SECONDS = env.float("KOOKEE_ACTION_CONFIRM_SECONDS", default=120.0)
+KOOKEE_ACTION_RESULT_CHARS = env.int("KOOKEE_ACTION_RESULT_CHARS", default=4000)
+KOOKEE_ACTIONS_ALLOW_PRIVATE = env.bool("KOOKEE_ACTIONS_ALLOW_PRIVATE", default=False)
+if KOOKEE_ACTION_TIMEOUT_SECONDS <= 0 or KOOKEE_ACTION_CONFIRM_SECONDS <= 0 or KOOKEE_ACTION_RESULT_CHARS < 200:
+    raise ImproperlyConfigured(
+        "KOOKEE_ACTION_TIMEOUT_SECONDS and KOOKEE_ACTION_CONFIRM_SECONDS must be positive, "
+        "KOOKEE_ACTION_RESULT_CHARS at least 200."
+    )
 # A second reading of a search's best candidates by a provider's rerank
 # endpoint (helpcenter/rerank.py): POST {KOOKEE_RERANK_BASE_URL}/rerank with
 # KOOKEE_RERANK_MODEL, off when the model is unset. It reads the first

@@ -31,6 +31,7 @@ ROOMS = {
     "visitors": ("chat.visitors",),
     "ops": ("chat.ops",),
     "support": ("chat.support",),
+    "actions": ("chat.actions",),
     "engine": ("chat.engine",),
     "wiring": (
         *("chat.admin", "chat.views", "chat.routing", "chat.apps", "chat.roles"),
@@ -42,7 +43,8 @@ LAYERS = {
     "visitors": {"core", "visitors"},
     "ops": {"core", "visitors", "ops"},
     "support": {"core", "visitors", "ops", "support"},
-    "engine": {"core", "visitors", "ops", "support", "engine"},
+    "actions": {"core", "visitors", "ops", "actions"},
+    "engine": {"core", "visitors", "ops", "support", "actions", "engine"},
 }
 
 
@@ -51,6 +53,7 @@ DJANGO_FREE = (
     *("chat.vocabulary", "chat.text", "chat.sources", "chat.engine.rounds", "chat.engine.sse"),
     *("chat.engine.frames", "chat.engine.fastjson", "billing.tokens"),
     *("chat.engine.assembler", "chat.engine.usage", "chat.engine.provider_errors"),
+    *("chat.actions.openapi", "chat.actions.request"),
 )
 
 

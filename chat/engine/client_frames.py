@@ -41,6 +41,11 @@ class Feedback(TypedDict):
     comment: str
 
 
+class ActionAnswer(TypedDict):
+    call_id: str
+    approve: bool
+
+
 class HandoffAsked(TypedDict):
     reason: str
     email: str
@@ -69,6 +74,16 @@ def identify(frame: dict[str, Any]) -> str:
     if not isinstance(token, str) or not token:
         raise BadFrame(Code.BAD_IDENTITY, _('"token" must be the signed token your site gave you.'))
     return token
+
+
+def action_answer(frame: dict[str, Any]) -> ActionAnswer:
+    """The visitor's yes or no to an action.confirm."""
+    call_id, approve = frame.get("call_id"), frame.get("approve")
+    if not isinstance(call_id, str) or not 0 < len(call_id) <= 40:
+        raise BadFrame(Code.BAD_FRAME, _('"call_id" must be the id of the action you were asked about.'))
+    if not isinstance(approve, bool):
+        raise BadFrame(Code.BAD_FRAME, _('"approve" must be true or false.'))
+    return {"call_id": call_id, "approve": approve}
 
 
 def history(frame: dict[str, Any]) -> HistoryAsked:

@@ -71,6 +71,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
     joined: str | None = None  # the visitor whose turns this tab follows (chat/engine/hub/)
     language: str = settings.LANGUAGE_CODE  # what this tab's visitor reads (their browser's)
     replacing: int | None = None  # a full conversation, which the next message leaves for a new one
+    host: str = ""  # the host:port this tab reached the app at: no action may call it
 
     async def __call__(self, scope: _ChannelScope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         self.tab_id = secrets.token_hex(4)
@@ -124,6 +125,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.language = _language(self.scope)
+        self.host = dict(self.scope.get("headers", [])).get(b"host", b"").decode("latin-1")[:300]
         if capacity.saturated():
             # Before any database work: a refusal must cost next to nothing.
             await self.accept()
@@ -292,6 +294,17 @@ class ChatConsumer(AsyncWebsocketConsumer):
         self.visitor = dataclasses.replace(visitor, person=person)
         await self.send_json(frames.identified(person.id, person.name))
 
+    async def frame_action_answer(self, visitor: Visitor, frame: dict[str, Any]) -> None:
+        """The visitor's yes or no to an action that would change something."""
+        parsed = await self._parsed(client_frames.action_answer, frame)
+        if parsed is None or self.joined is None:
+            if parsed is not None:
+                await self._error(Code.NOT_FOUND)
+            return
+        if not await hub.current().answer(self, self.joined, parsed["call_id"], parsed["approve"]):
+            # Answered already (in another tab), timed out, or never asked.
+            await self._error(Code.NOT_FOUND)
+
     async def frame_message(self, visitor: Visitor, frame: dict[str, Any]) -> None:
         text = await self._parsed(client_frames.message, frame)
         if text is None:
@@ -301,7 +314,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
             return
         try:
             self.conversation_id = await turns.start(
-                visitor, self.conversation_id, text, self.replacing, language=self.language
+                visitor, self.conversation_id, text, self.replacing, language=self.language, host=self.host
             )
             self.replacing = None
         except records.TurnAlreadyRunning:

@@ -54,6 +54,18 @@ class ToolFrame(TypedDict):
     name: str
     status: str
     seq: NotRequired[int]  # numbered by the hub as it publishes it
+    title: NotRequired[str]  # an action's, for the visitor to read while it runs
+
+
+class ActionConfirm(TypedDict):
+    """An action that would change something waits for the visitor's yes."""
+
+    type: Literal["action.confirm"]
+    turn_id: int
+    call_id: str
+    action: str
+    title: str
+    arguments: dict[str, Any]
 
 
 class TurnResume(TypedDict):
@@ -147,7 +159,7 @@ class Identified(TypedDict):
 
 
 # What a turn sends to its tabs, through the hub.
-TurnFrame = TurnStarted | Delta | ToolFrame | TurnResume | TurnEnded | Error
+TurnFrame = TurnStarted | Delta | ToolFrame | ActionConfirm | TurnResume | TurnEnded | Error
 # Every frame a tab can be sent.
 Frame = TurnFrame | History | FeedbackSaved | HandoffSaved | HandoffUpdated | AgentMessage | VisitorMessage | Identified
 
@@ -164,8 +176,22 @@ def delta(turn_id: int, text: str) -> Delta:
     return {"type": "delta", "turn_id": turn_id, "text": text}
 
 
-def tool(turn_id: int, name: str, status: str) -> ToolFrame:
-    return {"type": "tool", "turn_id": turn_id, "name": name, "status": status}
+def tool(turn_id: int, name: str, status: str, title: str = "") -> ToolFrame:
+    frame: ToolFrame = {"type": "tool", "turn_id": turn_id, "name": name, "status": status}
+    if title:
+        frame["title"] = title
+    return frame
+
+
+def action_confirm(turn_id: int, call_id: str, action: str, title: str, arguments: dict[str, Any]) -> ActionConfirm:
+    return {
+        "type": "action.confirm",
+        "turn_id": turn_id,
+        "call_id": call_id,
+        "action": action,
+        "title": title,
+        "arguments": arguments,
+    }
 
 
 def turn_resume(turn_id: int, seq: int, text: str) -> TurnResume:

@@ -11,6 +11,8 @@ process with tabs of a visitor is in the visitor's group.
   tabs of `process` follow the turn (also sent again after a gap in `seq`).
 - `hub.unwatch` {turn_id, process, tabs}: to a turn's owner: they left.
 - `hub.stop` {turn_id, tab}: to a turn's owner: a tab's Stop.
+- `hub.answer` {turn_id, call_id, approve}: to a turn's owner: a tab's
+  answer to an action.confirm.
 - `hub.resume` {visitor, turn_id, seq, text, tabs}: the owner's answer to a
   watch: the text so far, up to and including frame `seq`.
 - `hub.frames` {visitor, turn_id, frames}: the owner's frames of a turn,
@@ -51,6 +53,7 @@ STARTED = "hub.started"
 WATCH = "hub.watch"
 UNWATCH = "hub.unwatch"
 STOP = "hub.stop"
+ANSWER = "hub.answer"
 RESUME = "hub.resume"
 FRAMES = "hub.frames"
 GONE = "hub.gone"
@@ -97,6 +100,10 @@ def unwatch(turn_id: int, process: str, tabs: list[str]) -> HubMessage:
 
 def stop(turn_id: int, tab: str) -> HubMessage:
     return {"type": STOP, "turn_id": turn_id, "tab": tab}
+
+
+def answer(turn_id: int, call_id: str, approve: bool) -> HubMessage:
+    return {"type": ANSWER, "turn_id": turn_id, "call_id": call_id, "approve": approve}
 
 
 def resume(visitor: str, turn_id: int, seq: int, text: str, tabs: list[str]) -> HubMessage:

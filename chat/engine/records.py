@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -19,6 +20,8 @@ from django.utils import timezone
 from billing import calibration
 from billing.models import LedgerEntry
 from billing.services import bill_once
+from chat.actions import catalog
+from chat.actions.catalog import CallRecord
 from chat.engine import frames, prompt, to_person
 from chat.engine.rounds import Round
 from chat.engine.to_person import ToPerson
@@ -308,8 +311,10 @@ def finish_turn(
     model: str,
     stop_reason: str = "",
     stopped_by: str = "",
+    action_calls: Sequence[CallRecord] = (),
 ) -> frames.Usage:
-    """Closes the turn: its remaining rounds, its text, its one ledger entry.
+    """Closes the turn: its remaining rounds, its text, its actions' calls,
+    its one ledger entry.
 
     Returns the usage the ledger recorded, for the `turn.ended` frame. A turn
     that has ended already (a sweeper closed it) is left as it is.
@@ -335,6 +340,7 @@ def finish_turn(
         if rnd.number not in record.recorded:
             record_generation(turn_id, rnd)
     searches.record_searches(turn_id, text, [call for rnd in rounds for call in rnd.tool_calls])
+    catalog.save_calls(turn_id, action_calls)
     usages = [rnd.usage for rnd in rounds]
     entry = bill_once(
         turn_id,

@@ -340,7 +340,10 @@ class RoundLoop:
         except Exception as exc:
             # The model gets the error as the tool's result and can recover.
             call.error = describe(exc)
-        await self.sink.tool(call.name, ToolStatus.FAILED if call.error else ToolStatus.FINISHED)
+        # A result that reports an error (an action whose API failed) failed
+        # too, though the model reads the whole of it.
+        failed = call.error or (isinstance(call.result, dict) and call.result.get("error"))
+        await self.sink.tool(call.name, ToolStatus.FAILED if failed else ToolStatus.FINISHED)
         content = {"error": call.error} if call.error else call.result
         return {"role": "tool", "tool_call_id": call.call_id, "content": json.dumps(content)}
 

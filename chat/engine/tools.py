@@ -1,4 +1,5 @@
-"""The tools the model can call: search_help_center, and request_human.
+"""The tools the model can call: search_help_center, request_human, and
+the customer's enabled actions (chat/actions/) that the visitor may use.
 
 Each acts for the turn that calls it: the turn hands its context down
 (`TurnContext`: which turn, the language of the tab that asked), and the
@@ -16,7 +17,10 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from billing.services import bill_embedding
+from chat.actions import runner
+from chat.actions.catalog import Offer
 from chat.engine.rounds import Tool
+from chat.engine.usage import spec_chars
 from chat.support import handoffs
 from chat.vocabulary import HANDOFF_TOOL, SEARCH_TOOL
 from helpcenter import search
@@ -37,6 +41,8 @@ class TurnContext:
     # The language of the tab that asked (its browser's): a search prefers
     # the articles' versions in it (helpcenter/search.py).
     language: str = ""
+    # For the actions: who they act for, how to ask them, what was called.
+    actions: runner.Caller | None = None
 
 
 @dataclass
@@ -53,6 +59,43 @@ class TurnTool(Tool):
 def bind(tools: Sequence[Tool], turn: TurnContext) -> list[Tool]:
     """The tools as the turn's round loop calls them: those that act for a turn, bound to this one."""
     return [tool.for_turn(turn) if isinstance(tool, TurnTool) else tool for tool in tools]
+
+
+CONFIRMED = "Before it runs, the visitor is shown what it will do and asked to confirm; they may decline."
+
+
+def action_tool(offer: Offer, caller: runner.Caller) -> Tool:
+    """An action as the model calls it: its arguments are the model's own
+    (never `turn`, or anything of ours), so it is bound here, not a TurnTool."""
+
+    async def run(**arguments: Any) -> dict[str, Any]:
+        return (await runner.call(offer, caller, arguments)).for_model
+
+    return Tool(offer.name, action_description(offer), offer.operation.tool_parameters(), run)
+
+
+def action_description(offer: Offer) -> str:
+    """What the model reads of an action: staff's title and description."""
+    parts = [offer.title.rstrip(".") + "."] if offer.title else []
+    if offer.description and offer.description != offer.title:
+        parts.append(offer.description)
+    if offer.operation.confirm:
+        parts.append(CONFIRMED)
+    return " ".join(parts)[:1024]
+
+
+def action_chars(offers: Sequence[Offer]) -> int:
+    """The characters the actions' definitions add to every prompt."""
+    caller = runner.Caller(None, None)
+    return spec_chars([action_tool(offer, caller) for offer in offers]) if offers else 0
+
+
+def for_turn(ours: Sequence[Tool], turn: TurnContext, offers: Sequence[Offer]) -> list[Tool]:
+    """Every tool of a turn: ours bound to it, and its actions."""
+    tools = bind(ours, turn)
+    if turn.actions is not None:
+        tools += [action_tool(offer, turn.actions) for offer in offers]
+    return tools
 
 
 def _turn_tool(name: str, description: str, parameters: dict[str, Any], act: Callable[..., Awaitable[Any]]) -> TurnTool:

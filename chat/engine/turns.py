@@ -15,6 +15,8 @@ from django.conf import settings
 
 from billing import calibration
 from chat import errors
+from chat.actions import catalog, runner
+from chat.actions.catalog import Offer
 from chat.engine import checkpointer, db_lane, frames, hub, provider, records, to_person, tools
 from chat.engine.hub import Broadcast
 from chat.engine.rounds import EndTurn, Outcome, Round, RoundLoop
@@ -37,7 +39,9 @@ class _RoundLoopSink:
     """The round loop's sink for one turn: frames to the conversation's tabs,
     rounds to the database, checkpoints (chat/engine/checkpointer.py)."""
 
-    def __init__(self, broadcast: Broadcast, record: records.TurnRecord, context: TurnContext) -> None:
+    def __init__(
+        self, broadcast: Broadcast, record: records.TurnRecord, context: TurnContext, offers: list[Offer]
+    ) -> None:
         self.turn_id = broadcast.turn_id
         self.broadcast = broadcast
         self.record = record  # what the database holds of it (its hold in the daily budgets, its rounds)
@@ -48,9 +52,14 @@ class _RoundLoopSink:
         self.asked_at = asyncio.get_running_loop().time()
         self.first_delta_seen = False
         self.model = provider.model_name()
+        if context.actions is not None:
+            context.actions.ask = self.ask
+        self.actions = context.actions
+        # What the visitor reads while an action runs: its title.
+        self.titles = {offer.name: offer.title for offer in offers}
         self.loop = RoundLoop(
             provider.open_stream,
-            tools.bind(TOOLS, context),
+            tools.for_turn(TOOLS, context, offers),
             self,
             settings.KOOKEE_MAX_ROUNDS,
             ratios=lambda: Ratios(*calibration.ratios(self.model)),
@@ -68,7 +77,24 @@ class _RoundLoopSink:
     async def tool(self, name: str, status: str) -> None:
         if self.trace:
             self.trace.tool(name, status)
-        await self.send(frames.tool(self.turn_id, name, status))
+        await self.send(frames.tool(self.turn_id, name, status, self.titles.get(name, "")))
+
+    async def ask(self, call_id: str, action: str, title: str, arguments: dict[str, Any]) -> bool:
+        """Asks every tab of the visitor whether an action may run, and waits
+        for the first answer: no answer in KOOKEE_ACTION_CONFIRM_SECONDS is
+        a no; a Stop cancels the wait (and the turn)."""
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        frame = frames.action_confirm(self.turn_id, call_id, action, title, arguments)
+        self.broadcast.asking[call_id] = (answer, frame)
+        try:
+            await self.send(frame)
+            try:
+                async with asyncio.timeout(settings.KOOKEE_ACTION_CONFIRM_SECONDS):
+                    return await answer
+            except TimeoutError:
+                return False
+        finally:
+            del self.broadcast.asking[call_id]
 
     async def round_ended(self, rnd: Round, next_prompt_tokens: int) -> None:
         # The next round's worst case joins what the turn holds in the daily
@@ -99,13 +125,19 @@ class ShuttingDown(Exception):
 
 
 async def start(
-    visitor: Visitor, conversation_id: int | None, text: str, replacing: int | None = None, language: str = ""
+    visitor: Visitor,
+    conversation_id: int | None,
+    text: str,
+    replacing: int | None = None,
+    language: str = "",
+    host: str = "",
 ) -> int:
     """Starts a turn of the visitor's conversation (created at their first
     message) in this process: stores it, and runs it in its own task, which
     every tab of the visitor follows. Returns the conversation's id.
     `replacing`: a full conversation that this turn begins a new one after.
-    `language`: the asking tab's (its browser's), for the tools.
+    `language`: the asking tab's (its browser's), for the tools; `host`:
+    the host:port it reached this app at, which no action may call.
     When a person has the conversation, the text goes to them instead
     (chat/engine/to_person.py), and no turn starts.
 
@@ -116,6 +148,8 @@ async def start(
     if the_hub.closing:
         raise ShuttingDown
     owner = await the_hub.start()
+    # The offline model calls no actions: offering them would only lengthen its prompt.
+    offers = [] if provider.is_offline() else await db_lane.run(db_lane.URGENT, catalog.offered, visitor.person)
     # Ahead of other turns' bookkeeping: the first character waits for it.
     started = await db_lane.run(
         db_lane.URGENT,
@@ -126,13 +160,16 @@ async def start(
         provider.model_name(),
         owner,
         replacing,
-        TOOL_CHARS,
+        TOOL_CHARS + tools.action_chars(offers),
     )
     if isinstance(started, to_person.ToPerson):
         await to_person.deliver(started)
         return started.conversation_id
     broadcast = await the_hub.own(started.turn_id, visitor.hash)
-    broadcast.task = asyncio.create_task(run_turn(broadcast, started.messages, started.record, language))
+    actions = runner.Caller(visitor.person, None, catalog.own_hosts(host)) if offers else None
+    broadcast.task = asyncio.create_task(
+        run_turn(broadcast, started.messages, started.record, language, actions, offers)
+    )
     # Let the task enter its try/finally before any stop can cancel it: a
     # task cancelled before its first step never runs its finally.
     await asyncio.sleep(0)
@@ -143,14 +180,21 @@ async def start(
 
 
 async def run_turn(
-    broadcast: Broadcast, messages: list[dict[str, Any]], record: records.TurnRecord, language: str = ""
+    broadcast: Broadcast,
+    messages: list[dict[str, Any]],
+    record: records.TurnRecord,
+    language: str = "",
+    actions: runner.Caller | None = None,
+    offers: list[Offer] | None = None,
 ) -> None:
     """Runs a created turn to its end, in a task of its own. Stopping its
-    broadcast stops it. `language`: the asking tab's, for the tools."""
+    broadcast stops it. `language`: the asking tab's, for the tools;
+    `actions`: who the `offers` (actions) act for."""
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("a turn runs in a task of its own")
-    turn = _RoundLoopSink(broadcast, record, TurnContext(broadcast.turn_id, language))
+    context = TurnContext(broadcast.turn_id, language, actions)
+    turn = _RoundLoopSink(broadcast, record, context, offers or [])
     outcome = Outcome(Status.FAILED, Code.SERVER_ERROR)
     checkpointer.live[task] = turn
     checkpointer.start()
@@ -194,6 +238,7 @@ async def _end_turn(turn: _RoundLoopSink, outcome: Outcome) -> None:
             model=turn.model,
             stop_reason=reason,
             stopped_by=turn.broadcast.stopped_by,
+            action_calls=turn.actions.calls if turn.actions else (),
         )
     except Exception:
         # The database failed us. The turn stays "streaming" with its last

@@ -145,6 +145,21 @@ class _Metrics:
             buckets=STOP_BUCKETS,
             registry=registry,
         )
+        # Labelled by action: their names come from the imported document,
+        # a bounded set (chat/actions/openapi.py caps it).
+        self.action_calls = Counter(
+            "kookee_action_calls",
+            "Calls of the customer's API (actions), by outcome.",
+            ["action", "outcome"],
+            registry=registry,
+        )
+        self.action_duration = Histogram(
+            "kookee_action_call_duration_seconds",
+            "From an action's request to its answer read (confirmation not included).",
+            ["action"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
         registry.register(_Live())
         ProcessCollector(registry=registry)
 
@@ -197,6 +212,12 @@ def first_delta(seconds: float) -> None:
 
 def stop_latency(seconds: float) -> None:
     _metrics.stop_latency.observe(max(0.0, seconds))
+
+
+def action_call(action: str, outcome: str, seconds: float | None) -> None:
+    _metrics.action_calls.labels(action, outcome).inc()
+    if seconds is not None:
+        _metrics.action_duration.labels(action).observe(max(0.0, seconds))
 
 
 def refused_saturated() -> None:

@@ -31,6 +31,11 @@ import httpcore2
 import httpx2
 from django.conf import settings
 
+# The address policy lives in base (chat's actions share it); its names stay importable from here too.
+from base.addresses import NOT_PUBLIC_V6 as NOT_PUBLIC_V6
+from base.addresses import IPAddress as IPAddress
+from base.addresses import public as public
+
 logger = logging.getLogger("kookee.helpcenter")
 
 MAX_REDIRECTS = 5
@@ -38,22 +43,6 @@ RETRIES = 4  # attempts after the first, for 429, 5xx and network errors
 BACKOFF_SECONDS = (1, 2, 4, 8)
 MAX_RETRY_AFTER = 120  # a longer Retry-After fails the sync rather than stall it
 USER_AGENT = "KookeeHelpCenterImporter/1.0 (+https://github.com/kookee)"
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-# IPv6 ranges that Python's is_global calls global but that lead to private
-# IPv4 addresses, or to whatever a network's own router makes of them.
-NOT_PUBLIC_V6 = tuple(
-    ipaddress.IPv6Network(network)
-    for network in (
-        "64:ff9b::/96",  # NAT64: 64:ff9b::a9fe:a9fe is 169.254.169.254 on a NAT64 network
-        "64:ff9b:1::/48",  # NAT64, local use
-        "2002::/16",  # 6to4: the IPv4 address it embeds, through a relay
-        "2001::/32",  # Teredo: a tunnel to an IPv4 address
-        "::/96",  # IPv4-compatible (deprecated): ::a9fe:a9fe
-        "::ffff:0:0:0/96",  # IPv4-translated (SIIT): ::ffff:0:a9fe:a9fe
-        "fec0::/10",  # site-local (deprecated, still routed inside some networks)
-    )
-)
 
 
 class FetchError(Exception):
@@ -115,21 +104,6 @@ def shown(url: str) -> str:
 def sync_deadline() -> float:
     """When a sync starting now must stop (time.monotonic())."""
     return time.monotonic() + settings.KOOKEE_IMPORT_DEADLINE_SECONDS
-
-
-def public(address: IPAddress) -> bool:
-    """Whether an importer may connect to this address: not loopback, a
-    private network, link-local (cloud metadata), multicast or reserved, nor
-    an IPv6 form that reaches an IPv4 address through a translator or a
-    tunnel (NAT64, 6to4, Teredo, IPv4-compatible and -translated), nor
-    site-local. An IPv4-mapped address (::ffff:a.b.c.d) is the IPv4
-    address itself to the kernel: it is judged as that address."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return public(address.ipv4_mapped)
-        if any(address in network for network in NOT_PUBLIC_V6):
-            return False
-    return address.is_global and not address.is_multicast
 
 
 def allowed_address(address: IPAddress) -> bool:

@@ -1,4 +1,4 @@
-"""A source's token: stored encrypted (Fernet, keyed from SECRET_KEY), or
+"""A source's token: stored sealed (base/sealed.py: Fernet, keyed from SECRET_KEY), or
 read from an environment variable the source names (its value is never
 stored). Never shown in the admin, never logged.
 
@@ -9,13 +9,10 @@ OPENAI_API_KEY, the handoff webhook's secret) to a host of its choosing."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import re
 
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
-from django.conf import settings
+from base.sealed import Unreadable, seal, unseal
 
 ENV_PREFIX = "KOOKEE_SOURCE_TOKEN_"
 ENV_NAME = re.compile(rf"{ENV_PREFIX}[A-Z0-9_]+")
@@ -25,22 +22,17 @@ class TokenError(Exception):
     pass
 
 
-def _fernet() -> MultiFernet:
-    # SECRET_KEY first, then its fallbacks: a rotated key still reads old tokens.
-    keys = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
-    return MultiFernet(
-        [Fernet(base64.urlsafe_b64encode(hashlib.sha256(f"kookee.source-token:{k}".encode()).digest())) for k in keys]
-    )
+PURPOSE = "kookee.source-token"  # base/sealed.py: tokens sealed before the move still open
 
 
 def encrypt(token: str) -> str:
-    return _fernet().encrypt(token.encode()).decode() if token else ""
+    return seal(PURPOSE, token)
 
 
 def decrypt(stored: str) -> str:
     try:
-        return _fernet().decrypt(stored.encode()).decode() if stored else ""
-    except InvalidToken:
+        return unseal(PURPOSE, stored)
+    except Unreadable:
         raise TokenError("the stored token cannot be read (SECRET_KEY changed?): enter it again") from None
 
 

@@ -115,6 +115,10 @@ class Hub(Registry):
             process,
             hub_protocol.resume(broadcast.visitor, broadcast.turn_id, broadcast.seq, broadcast.text, message["tabs"]),
         )
+        if broadcast.asking:
+            # Questions still open: the tabs there show each once (by call id).
+            asked = [frame for _answer, frame in broadcast.asking.values()]
+            self._post(process, hub_protocol.frames_of(broadcast.visitor, broadcast.turn_id, list(asked)))
 
     async def hub_unwatch(self, message: HubMessage) -> None:
         for broadcast in self.owned.values():
@@ -130,6 +134,12 @@ class Hub(Registry):
         for broadcast in self.owned.values():
             if broadcast.turn_id == message["turn_id"]:
                 broadcast.stop(StopReason.STOPPED, message.get("tab", ""))
+                return
+
+    async def hub_answer(self, message: HubMessage) -> None:
+        for broadcast in self.owned.values():
+            if broadcast.turn_id == message["turn_id"]:
+                broadcast.answer(message["call_id"], message["approve"])
                 return
 
     async def hub_resume(self, message: HubMessage) -> None:

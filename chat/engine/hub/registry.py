@@ -46,6 +46,17 @@ class Broadcast:
     stopped_by: str = ""
     stop_asked_at: float | None = None
     grace: asyncio.TimerHandle | None = None
+    # Actions waiting for the visitor's yes, by call id: the answer to give,
+    # and the action.confirm frame (sent again to a tab that comes in).
+    asking: dict[str, tuple[asyncio.Future[bool], frames.ActionConfirm]] = field(default_factory=dict)
+
+    def answer(self, call_id: str, approve: bool) -> bool:
+        """The visitor's answer to an action.confirm; False when it waits for none (answered, or over)."""
+        waiting = self.asking.get(call_id)
+        if waiting is None or waiting[0].done():
+            return False
+        waiting[0].set_result(approve)
+        return True
 
     @property
     def text(self) -> str:
@@ -199,6 +210,8 @@ class Registry:
         broadcast = self.owned.get(visitor)
         if broadcast is not None:
             await self._resume(tab, broadcast.turn_id, broadcast.seq, broadcast.text)
+            for _answer, asked in list(broadcast.asking.values()):
+                await deliver_quietly(tab, asked)  # the question is still open
             return
         remote = self.remote.get(visitor)
         if remote is None and running is not None and running[1] != self.channel:
@@ -267,6 +280,22 @@ class Registry:
             remote = Remote(*running)
         self._post(remote.owner, hub_protocol.stop(remote.turn_id, tab.tab_id))
         return None
+
+    async def answer(self, tab: Tab, visitor: str, call_id: str, approve: bool) -> bool:
+        """A tab's answer to an action.confirm, for the visitor's running
+        turn wherever it runs. False when the turn runs here and asks no
+        such question (any more)."""
+        broadcast = self.owned.get(visitor)
+        if broadcast is not None:
+            return broadcast.answer(call_id, approve)
+        remote = self.remote.get(visitor)
+        if remote is None:
+            running = await database_sync_to_async(records.running_turn)(visitor)
+            if running is None or running[1] == self.channel:
+                return False
+            remote = Remote(*running)
+        self._post(remote.owner, hub_protocol.answer(remote.turn_id, call_id, approve))
+        return True
 
     # --- turns owned here ----------------------------------------------------------------
 
