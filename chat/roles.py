@@ -1,7 +1,8 @@
 """The staff roles, as Django groups. Users also need "staff status" to log
 in to the admin; superusers see everything.
 
-- Support reads transcripts (conversations, turns, generations, tool calls),
+- Support reads transcripts (conversations, turns, generations, tool calls,
+  the calls of actions),
   ratings, searches, the unanswered questions and the support report; works
   the queue of requests for a person; edits the help center. No prices, no
   ledger.
@@ -19,6 +20,7 @@ ROLES = {
         "chat.view_turn",
         "chat.view_generation",
         "chat.view_toolcall",
+        "chat.view_actioncall",  # the customer's API called in turns (never the actions or their credentials)
         "chat.view_feedback",
         "chat.change_feedback",  # the review queue: assign, mark reviewed (never the rating)
         "chat.view_search",

@@ -48,6 +48,7 @@ class Caller:
     ask: Ask | None  # None: nobody to ask (the admin's Test page: staff ran it on purpose)
     own_hosts: frozenset[tuple[str, int | None]] = frozenset()
     calls: list[CallRecord] = field(default_factory=list)
+    counted: bool = True  # in /metrics: a visitor's call, not staff's test
 
 
 @dataclass
@@ -73,8 +74,9 @@ async def call(offer: Offer, caller: Caller, arguments: dict[str, Any]) -> Resul
         record.outcome, record.detail = "cancelled", record.detail or "stopped"
         raise
     finally:
-        seconds = record.duration_ms / 1000 if record.duration_ms is not None else None
-        metrics.action_call(offer.name, record.outcome or "cancelled", seconds)
+        if caller.counted:
+            seconds = record.duration_ms / 1000 if record.duration_ms is not None else None
+            metrics.action_call(offer.name, record.outcome or "cancelled", seconds)
     return result
 
 

@@ -18,3 +18,4 @@ from chat.support import admin as support_admin  # noqa: F401  (registers Suppor
 from chat.support import handoff_admin  # noqa: F401  (registers the queue)
 
 from chat.admin import conversations, turns  # noqa: F401  (register transcripts, turns and calls) isort: skip
+from chat.admin import actions  # noqa: F401  (registers actions, their credentials and calls) isort: skip

@@ -26,6 +26,7 @@ from django.utils.translation import gettext_lazy as _
 from base.admin import ModelAdmin
 from billing.models import LedgerEntry
 from billing.templatetags.billing_admin import grouped, money
+from chat.admin.actions import calls_in_transcript
 from chat.admin.queries import ConversationRatingFilter, ConversationTurnStatusFilter, TurnModelFilter, per_row
 from chat.models import Conversation, Feedback, Generation, Handoff, ToolCall, Turn
 from chat.support import erasure
@@ -287,6 +288,6 @@ class ConversationAdmin(ModelAdmin):
         turns = (
             obj.turns.order_by("started_at", "id")
             .select_related("feedback")
-            .prefetch_related(Prefetch("generations", queryset=generations.order_by("round")))
+            .prefetch_related(Prefetch("generations", queryset=generations.order_by("round")), calls_in_transcript())
         )
         return render_to_string("admin/chat/transcript.html", {"turns": turns, "excerpt_chars": RESULT_EXCERPT_CHARS})

@@ -14,7 +14,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from chat.models import Conversation, Feedback, Handoff, Message, RevokedKey, Search, ToolCall, Turn
+from chat.models import Action, ActionCall, Conversation, Feedback, Handoff, Message, RevokedKey, Search, ToolCall, Turn
 from chat.visitors import limits
 from chat.vocabulary import TOOL_NAMES
 
@@ -53,8 +53,11 @@ def erase_conversations(conversation_ids: list[int], by: str) -> list[Conversati
     )
     calls = ToolCall.objects.filter(generation__turn__in=turns)
     calls.update(call_id="", arguments="", result="", error="")
-    # A call's name that is one of our tools' names nobody; any other is the model's own words.
-    calls.exclude(name__in=TOOL_NAMES).update(name="")
+    # A call's name that is one of our tools' or actions' names nobody; any other is the model's own words.
+    calls.exclude(name__in=TOOL_NAMES).exclude(name__in=Action.objects.values("name")).update(name="")
+    # The actions' calls: which, when and how they went stay; the arguments
+    # and the detail (a schema error quotes the values) go.
+    ActionCall.objects.filter(turn__in=turns).update(arguments={}, detail="")
     Search.objects.filter(turn__in=turns).update(query="", terms="")
     Feedback.objects.filter(turn__in=turns).update(comment="")  # the rating stays: it names nobody
     Handoff.objects.filter(conversation__in=conversations).update(reason="", email="", client_network="")

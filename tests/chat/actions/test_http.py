@@ -248,11 +248,10 @@ async def declares_a_megabyte(
 
 
 async def test_an_answer_declared_too_large_is_not_read() -> None:
+    # The server declares a megabyte and sends none of it: reading would end in the timeout instead.
     async with serving(declares_a_megabyte) as server:
-        started = time.monotonic()
         with pytest.raises(CallFailed, match="larger than 64 KB") as failed:
             await send("GET", f"{server.url}/", headers={}, timeout=2, allow_private=True)
-    assert time.monotonic() - started < 1
     assert failed.value.outcome == "error"
 
 

@@ -35,7 +35,7 @@ from django.utils import timezone
 from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat.admin.conversations import ERASED_MESSAGE
-from chat.models import Conversation, Feedback, Generation, Handoff, RevokedKey, ToolCall, Turn
+from chat.models import Action, ActionCall, Conversation, Feedback, Generation, Handoff, RevokedKey, ToolCall, Turn
 from chat.roles import ensure_roles
 from chat.support import erasure
 from chat.visitors.identity import hash_key
@@ -75,6 +75,18 @@ def make_conversation(visitor_hash: str = VISITOR_HASH, *, status: str = "comple
             arguments='{"query": "SECRET order"}',
             result='{"articles": ["SECRET"]}',
             error="SECRET error",
+        )
+        # An action's call: its tool call, and its record.
+        action, _ = Action.objects.get_or_create(name="getOrder", defaults={"title": "Looking up your order"})
+        ToolCall.objects.create(generation=generation, call_id="c2", name="getOrder", arguments='{"order_id": "S-1"}')
+        ActionCall.objects.create(
+            turn=turn,
+            action=action,
+            call_id="k1",
+            arguments={"order_id": f"SECRET-{number}", "customer_id": "(verified id)"},
+            outcome="refused",
+            detail=f"'SECRET-{number}' is not of type 'integer'",
+            started_at=now,
         )
         if turn.status != "streaming":
             bill_once(turn.id, model="gpt-4o-mini", input_tokens=50 * number, output_tokens=7, estimated=False)
@@ -121,8 +133,11 @@ def assert_erased(conversation: Conversation) -> None:
     assert all(t.erased_at is not None for t in turns)
     assert [(t.client_address, t.client_network) for t in turns] == [(None, "")] * 2
     calls = ToolCall.objects.filter(generation__turn__conversation=conversation)
-    assert [(c.call_id, c.arguments, c.result, c.error) for c in calls] == [("", "", "", "")] * 2
-    assert [c.name for c in calls] == ["search_help_center"] * 2  # which of our tools was called stays
+    assert [(c.call_id, c.arguments, c.result, c.error) for c in calls] == [("", "", "", "")] * 4
+    # Which of our tools or the customer's actions was called stays.
+    assert sorted(c.name for c in calls) == ["getOrder", "getOrder", "search_help_center", "search_help_center"]
+    action_calls = ActionCall.objects.filter(turn__conversation=conversation)
+    assert [(c.arguments, c.detail, c.outcome) for c in action_calls] == [({}, "", "refused")] * 2
     ratings = Feedback.objects.filter(turn__conversation=conversation)
     assert [(f.rating, f.comment) for f in ratings] == [("down", "")] * ratings.count()  # the verdict stays
     conversation.refresh_from_db()
@@ -134,6 +149,7 @@ def assert_untouched(conversation: Conversation) -> None:
     assert [t.user_text for t in turns] == ["My order number is SECRET-1", "My order number is SECRET-2"]
     assert all(t.erased_at is None and t.client_address == "203.0.113.7" for t in turns)
     assert not ToolCall.objects.filter(generation__turn__conversation=conversation, arguments="").exists()
+    assert not ActionCall.objects.filter(turn__conversation=conversation, arguments={}).exists()
     visitor_hash = conversation.visitor_hash
     conversation.refresh_from_db()
     assert conversation.visitor_hash == visitor_hash != ""
@@ -225,7 +241,9 @@ def test_erasing_blanks_the_tool_names_and_call_ids_the_model_wrote(root_client,
     calls = ToolCall.objects.filter(generation__turn__conversation=conversation).order_by("id")
     assert [(c.name, c.call_id) for c in calls] == [
         ("search_help_center", ""),
+        ("getOrder", ""),  # an action's name is the customer's, not the model's words
         ("search_help_center", ""),
+        ("getOrder", ""),
         ("", ""),  # a name the model made up is its words, not ours
     ]
 
