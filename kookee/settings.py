@@ -347,6 +347,9 @@ if KOOKEE_IDENTITY_SECRET and len(KOOKEE_IDENTITY_SECRET.encode()) < 32:
     # RFC 7518 3.2: an HS256 key shorter than the hash is guessable offline from one token.
     raise ImproperlyConfigured("KOOKEE_IDENTITY_SECRET must be at least 32 bytes (e.g. secrets.token_urlsafe(32)).")
 KOOKEE_IDENTITY_MAX_AGE_SECONDS = env.int("KOOKEE_IDENTITY_MAX_AGE_SECONDS", default=86_400)
+# The `aud` every identity token must carry (unset: none may carry one), so
+# that a token your backend signed for another service is no good here.
+KOOKEE_IDENTITY_AUDIENCE = env.str("KOOKEE_IDENTITY_AUDIENCE", default="")
 # Actions (chat/actions/): calls of the customer's API. Each has
 # KOOKEE_ACTION_TIMEOUT_SECONDS in all; one that would change something
 # waits KOOKEE_ACTION_CONFIRM_SECONDS at most for the visitor's yes (then

@@ -59,8 +59,18 @@ def verify(token: str) -> Person:
     try:
         # HS256 only: a token that names another algorithm ("none", or RS256
         # with our secret as a public key) is refused by PyJWT for it.
+        # With an audience set, a token must name it: one signed for another
+        # service with the same key is no good here. Without, a token that
+        # names one is refused (PyJWT's rule): it was meant for someone else.
+        audience = settings.KOOKEE_IDENTITY_AUDIENCE or None
+        required = ["sub", "exp", "aud"] if audience else ["sub", "exp"]
         claims = jwt.decode(
-            token, secret, algorithms=["HS256"], options={"require": ["sub", "exp"]}, leeway=CLOCK_SKEW_SECONDS
+            token,
+            secret,
+            algorithms=["HS256"],
+            audience=audience,
+            options={"require": required},
+            leeway=CLOCK_SKEW_SECONDS,
         )
     except jwt.PyJWTError as e:
         raise BadIdentity(f"{type(e).__name__}: {e}") from None

@@ -262,6 +262,15 @@ def test_a_token_with_an_audience_is_refused():
     refused(token(aud="https://another-service.example"))
 
 
+def test_with_an_audience_set_a_token_must_name_it(settings):
+    settings.KOOKEE_IDENTITY_AUDIENCE = "chat.example.com"
+    assert verify(token(aud="chat.example.com")).id == "42"
+    assert verify(token(aud=["billing.example.com", "chat.example.com"])).id == "42"
+    assert "aud" in refused(token())  # none: it may be meant for anyone
+    assert "audience" in refused(token(aud="billing.example.com")).lower()
+    assert "audience" in refused(token(aud=["billing.example.com"])).lower()
+
+
 @pytest.mark.parametrize("value", [None, "", b"header.payload.signature", 42, "not-a-token", "a.b.c", "..", "a.b"])
 def test_what_is_not_a_token_is_refused(value):
     refused(value)
