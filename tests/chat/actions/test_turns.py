@@ -75,7 +75,7 @@ def calls():
 # --- whose data -----------------------------------------------------------------------------
 
 
-async def test_the_verified_visitors_own_id_reaches_the_api_and_the_models_cannot(use_provider, shop):
+async def test_the_verified_visitors_own_id_reaches_the_api_and_the_models_cannot(use_provider, shop, caplog):
     client = await signed_in("user-42")
     # The model tries someone else's customer id: it is dropped, the verified one goes.
     use_provider.queue(
@@ -97,6 +97,9 @@ async def test_the_verified_visitors_own_id_reaches_the_api_and_the_models_canno
     assert (call.action.name, call.outcome, call.http_status) == ("getOrder", "ok", 200)
     assert call.arguments == {"order_id": "A-1001", "customer_id": "(verified id)"}
     assert call.turn_id == turn_id and call.duration_ms is not None and call.response_bytes > 0
+    # The model's attempt is logged, without the value it tried.
+    (ignored,) = [r.getMessage() for r in caplog.records if "ignored the model's" in r.getMessage()]
+    assert "customer_id" in ignored and "user-7" not in ignored
     tool_frames = [f for f in client.frames if f["type"] == "tool"]
     assert [(f["name"], f["status"], f.get("title")) for f in tool_frames] == [
         ("getOrder", "started", "Looking up your order"),
