@@ -100,7 +100,8 @@ def own_hosts(request_host: str = "") -> frozenset[tuple[str, int | None]]:
         except ValueError:
             port = None
         if parts.hostname:
-            hosts.add((parts.hostname.lower(), port or 80))
+            # Without a port, the scheme's default, which the Host header cannot tell: any port.
+            hosts.add((parts.hostname.lower(), port))
     return frozenset(hosts)
 
 
@@ -118,6 +119,10 @@ def _base_url(operation: openapi.Operation, base_url: str) -> str:
     if base_url:
         server = urljoin(base_url.rstrip("/") + "/", server.lstrip("/")) if server.startswith("/") else base_url
     parts = urlsplit(server)
+    try:
+        parts.port  # noqa: B018 (a port that is not one raises here, not later)
+    except ValueError as bad:
+        raise ImportRefused(f"{operation.name}: the API address {server}: {bad}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         where = f"{operation.name}: " if operation.name else ""
         raise ImportRefused(

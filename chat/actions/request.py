@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus, urlencode
 
 import jsonschema
 
@@ -61,7 +61,8 @@ class Prepared:
         def mask(text: str) -> str:
             for secret in self.secret_values:
                 if secret:
-                    text = text.replace(secret, "••••").replace(quote(secret, safe=""), "••••")
+                    for form in (secret, quote(secret, safe=""), quote_plus(secret, safe="")):
+                        text = text.replace(form, "••••")
             return text
 
         return {
@@ -157,7 +158,7 @@ def build(
     secrets = _authorize(operation, credentials, headers, query)
     url = operation.base_url.rstrip("/") + path
     if query:
-        url += ("&" if "?" in url else "?") + urlencode(query)
+        url += ("&" if "?" in url else "?") + urlencode(query, quote_via=quote)
     body = None
     if operation.body:
         payload = whole_body if operation.body == "whole" else body_fields
@@ -246,7 +247,8 @@ def keep(data: Any, pointers: tuple[str, ...]) -> Any:
     for pointer in pointers:
         parts = [part.replace("~1", "/").replace("~0", "~") for part in pointer.split("/")[1:]]
         mask = _add(mask, parts)
-    return _apply(data, mask)
+    kept = _apply(data, mask)
+    return {} if kept is _NOTHING else kept
 
 
 Mask = dict[str, Any]  # a segment -> its mask below; True: all of it
@@ -272,17 +274,23 @@ def _join(a: Mask | bool | None, b: Mask | bool | None) -> Mask | bool | None:
     return joined
 
 
+_NOTHING = object()  # what a pointer past a plain value reaches: left out, not null
+
+
 def _apply(data: Any, mask: Mask | bool) -> Any:
     if mask is True:
         return data
     assert isinstance(mask, dict)
     if isinstance(data, dict):
-        return {key: _apply(value, mask[key]) for key, value in data.items() if key in mask}
+        kept_items = ((key, _apply(value, mask[key])) for key, value in data.items() if key in mask)
+        return {key: value for key, value in kept_items if value is not _NOTHING}
     if isinstance(data, list):
         kept = []
         for index, item in enumerate(data):
             item_mask = _join(mask.get("*"), mask.get(str(index)))
             if item_mask is not None:
-                kept.append(_apply(item, item_mask))
+                value = _apply(item, item_mask)
+                if value is not _NOTHING:
+                    kept.append(value)
         return kept
-    return None  # a pointer that goes past a plain value reaches nothing
+    return _NOTHING
