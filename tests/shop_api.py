@@ -73,6 +73,7 @@ class ShopAPI:
             self._loop = asyncio.new_event_loop()
             self._loop.run_until_complete(self._start_here(ready))
             self._loop.run_forever()
+            self._loop.close()
 
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()

@@ -159,7 +159,16 @@ class Identified(TypedDict):
 
 
 # What a turn sends to its tabs, through the hub.
-TurnFrame = TurnStarted | Delta | ToolFrame | ActionConfirm | TurnResume | TurnEnded | Error
+class ActionAnswered(TypedDict):
+    """The visitor answered an action.confirm (in some tab): every tab closes its card."""
+
+    type: Literal["action.answered"]
+    turn_id: int
+    call_id: str
+    approve: bool
+
+
+TurnFrame = TurnStarted | Delta | ToolFrame | ActionConfirm | ActionAnswered | TurnResume | TurnEnded | Error
 # Every frame a tab can be sent.
 Frame = TurnFrame | History | FeedbackSaved | HandoffSaved | HandoffUpdated | AgentMessage | VisitorMessage | Identified
 
@@ -192,6 +201,10 @@ def action_confirm(turn_id: int, call_id: str, action: str, title: str, argument
         "title": title,
         "arguments": arguments,
     }
+
+
+def action_answered(turn_id: int, call_id: str, approve: bool) -> ActionAnswered:
+    return {"type": "action.answered", "turn_id": turn_id, "call_id": call_id, "approve": approve}
 
 
 def turn_resume(turn_id: int, seq: int, text: str) -> TurnResume:

@@ -90,11 +90,14 @@ class _RoundLoopSink:
             await self.send(frame)
             try:
                 async with asyncio.timeout(settings.KOOKEE_ACTION_CONFIRM_SECONDS):
-                    return await answer
+                    approved = await answer
             except TimeoutError:
                 return False
         finally:
             del self.broadcast.asking[call_id]
+        # Every tab closes its card as answered, whichever tab (or device) answered.
+        await self.send(frames.action_answered(self.turn_id, call_id, approved))
+        return approved
 
     async def round_ended(self, rnd: Round, next_prompt_tokens: int) -> None:
         # The next round's worst case joins what the turn holds in the daily

@@ -66,6 +66,14 @@ const BUSY_BACKOFF_MS = [2000, 30000]; // first and longest wait after a 4503
 const WAKE_GAP_MS = 3000; // at most one reconnection on activity this often
 const STILL_STREAMING_RECHECK_MS = 2000;
 const TOO_MANY = gettext("Too many chat windows are open. Close one, or come back to this one later.");
+// A card that asks the visitor's yes before an action changes something
+// (action.confirm): how its question ended.
+const CARD_STATES = {
+  confirmed: gettext("Confirmed"),
+  cancelled: gettext("Cancelled"),
+  over: gettext("No answer: nothing was done."),
+  late: gettext("Too late: this question had already ended."),
+};
 
 // Close codes the server sends after accepting the socket (chat/engine/consumers.py).
 // Anything else (1006: server down, a proxy's 502, no network) means "try again".
@@ -91,6 +99,7 @@ let held = []; // turn frames that came before this socket's first history: appl
 let looked = false; // this socket's history has answered once already
 let loadingEarlier = false;
 let handoff = null; // the conversation's request for a person, waiting: {handoff_id, status, email}
+let lastAnswered = null; // the card this socket last answered: a not_found error is about it
 const views = new Map(); // turn id -> the turn on screen
 const messages = new Map(); // Support's replies and the visitor's messages to them: id -> element
 
@@ -289,7 +298,7 @@ function placeFor(turnId) {
 function addTurn(turnId, userText, before = placeFor(turnId), at = null) {
   const user = bubble("user", before).item;
   const { item, body } = bubble("assistant", before);
-  const view = { turnId, userText: "", user, item, body, text: "", status: "streaming", frame: 0, dropped: false, seq: 0 };
+  const view = { turnId, userText: "", user, item, body, text: "", status: "streaming", frame: 0, dropped: false, seq: 0, cards: new Map() };
   item.dataset.turnId = turnId;
   // When it started: Support's messages are placed among the turns by time.
   user.dataset.at = item.dataset.at = String(at ? Date.parse(at) : Date.now());
@@ -328,16 +337,29 @@ function paint(view) {
   follow();
 }
 
-function showTool(view, name, status) {
+// `title`: an action's, which the visitor reads while it runs.
+function showTool(view, name, status, title = "") {
   if (!view.tool) {
     view.tool = document.createElement("p");
     view.tool.className = "message__tool";
     view.item.insertBefore(view.tool, view.body);
   }
-  view.tool.textContent = TOOL_LABELS[name] || gettext("Working…");
+  view.tool.textContent = title ? `${title}…` : TOOL_LABELS[name] || gettext("Working…");
+  view.toolName = name;
+  view.toolStatus = status;
   // A finished search stays on show while the model reads the results: it
-  // is hidden by the next text, or by the end of the turn.
-  view.tool.hidden = status === "failed";
+  // is hidden by the next text, or by the end of the turn. An action that
+  // did nothing (declined, or never answered) is not shown as working.
+  if (status === "started") {
+    view.tool.hidden = Boolean(openCard(view, name)); // the card says what it would do
+  } else {
+    // The action's end ends its question too, answered or not: no card
+    // is left asking about something that is over.
+    const open = openCard(view, name);
+    if (open) settleCard(open, "over");
+    const asked = lastCard(view, name);
+    view.tool.hidden = status === "failed" || (asked !== undefined && asked.state !== "confirmed");
+  }
   follow();
 }
 
@@ -399,12 +421,171 @@ function finish(view, { status, text, sources, message, reason = null, rating })
   view.item.dataset.status = status;
   view.item.removeAttribute("aria-busy");
   if (view.tool) view.tool.hidden = true;
+  // A question still open is over: whatever it asked was not done.
+  for (const card of view.cards.values()) if (card.state === "open") settleCard(card, "over");
   showSources(view, sources);
   if (status === "interrupted") setNote(view, interruption(view, reason), gettext("Continue"));
   else if (status === "failed") setNote(view, message || ENDINGS.failed, gettext("Retry"));
   else setNote(view, ENDINGS[status] || "");
   showRating(view, rating === undefined ? view.rated : rating);
   follow(); // the Sources and the rating row, added below the answer
+}
+
+// --- an action's confirmation ---------------------------------------------------------------
+
+// An action that would change something (cancel an order, say) waits for
+// the visitor's yes: a card in the answer, with what it would do and with
+// what, and Confirm and Cancel. One card per call id: the question comes
+// again to a tab that reconnects while it is open. An answer from any tab
+// comes back to all as action.answered; no answer before the action's end
+// (its time ran out) or the turn's, and nothing was done.
+function showCard(view, frame) {
+  const known = view.cards.get(frame.call_id);
+  if (known) {
+    // Asked again while this page thinks it answered: the answer went on a
+    // socket that closed before it arrived. The question is open again.
+    if ((known.state === "confirmed" || known.state === "cancelled") && known.sentOn !== socket) openAgain(known);
+    return known;
+  }
+  const title = String(frame.title || frame.action || "");
+  const box = document.createElement("div");
+  box.className = "message__action";
+  box.setAttribute("role", "group");
+  box.setAttribute("aria-label", title);
+  box.dataset.callId = frame.call_id;
+  const heading = document.createElement("p");
+  heading.className = "message__action-title";
+  heading.textContent = title;
+  box.append(heading);
+  const list = argumentList(frame.arguments);
+  if (list) box.append(list);
+  const hint = document.createElement("p");
+  hint.className = "message__action-hint";
+  hint.textContent = gettext("Nothing is done unless you confirm.");
+  const buttons = document.createElement("div");
+  buttons.className = "message__action-buttons";
+  const yes = cardButton("message__action-confirm", gettext("Confirm"));
+  const no = cardButton("message__action-cancel", gettext("Cancel"));
+  buttons.append(yes, no);
+  const status = document.createElement("p");
+  status.className = "message__action-status";
+  box.append(hint, buttons, status);
+  const card = { view, box, hint, yes, no, status, callId: frame.call_id, action: frame.action, title, state: "open", sentOn: null, back: null };
+  yes.addEventListener("click", () => answerCard(card, true));
+  no.addEventListener("click", () => answerCard(card, false));
+  view.cards.set(frame.call_id, card);
+  if (!view.actions) {
+    view.actions = document.createElement("div");
+    view.actions.className = "message__actions";
+    view.body.after(view.actions);
+  }
+  view.actions.append(box);
+  // The card says what is being done: not the progress line too, until it is confirmed.
+  if (view.tool && view.toolName === frame.action) view.tool.hidden = true;
+  openAgain(card);
+  announce(interpolate(gettext("Please confirm or cancel: %s"), [title]));
+  // Only from within the chat: never from the customer's page around the
+  // widget, nor from someone writing their next question (a key meant for
+  // it would answer this one).
+  const typing = document.activeElement === input && input.value.trim() !== "";
+  if (document.hasFocus() && root.contains(document.activeElement) && !typing) {
+    card.back = document.activeElement;
+    yes.focus();
+  }
+  follow();
+  return card;
+}
+
+function cardButton(className, label) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = className;
+  button.textContent = label;
+  return button;
+}
+
+// The arguments as the visitor would read them: "order_id: A-1001", as
+// text (whatever the model wrote), a structure as its JSON.
+function argumentList(args) {
+  if (!args || typeof args !== "object") return null;
+  const entries = Object.entries(args);
+  if (!entries.length) return null;
+  const list = document.createElement("dl");
+  list.className = "message__action-args";
+  for (const [name, value] of entries) {
+    const row = document.createElement("div");
+    const term = document.createElement("dt");
+    term.textContent = name;
+    const detail = document.createElement("dd");
+    detail.dir = "auto";
+    detail.textContent = typeof value === "string" ? value : JSON.stringify(value);
+    row.append(term, detail);
+    list.append(row);
+  }
+  return list;
+}
+
+function openCard(view, action) {
+  return [...view.cards.values()].find((card) => card.action === action && card.state === "open");
+}
+
+function lastCard(view, action) {
+  return [...view.cards.values()].filter((card) => card.action === action).pop();
+}
+
+function openAgain(card) {
+  card.state = "open";
+  card.sentOn = null;
+  card.box.dataset.state = "open";
+  card.hint.hidden = false;
+  card.status.textContent = "";
+  card.yes.disabled = card.no.disabled = !ready;
+}
+
+function answerCard(card, approve) {
+  if (card.state !== "open" || !ready) return;
+  send({ type: "action.answer", call_id: card.callId, approve });
+  card.sentOn = socket;
+  lastAnswered = card;
+  settleCard(card, approve ? "confirmed" : "cancelled");
+  // Confirmed: what runs now is shown running.
+  const view = card.view;
+  if (approve && view.tool && view.toolName === card.action && view.toolStatus === "started") view.tool.hidden = false;
+}
+
+// The card's question is over: answered here ("confirmed", "cancelled"), in
+// another window of this browser, or never ("over", "late").
+function settleCard(card, state) {
+  const focused = card.box.contains(document.activeElement);
+  card.state = state;
+  card.box.dataset.state = state;
+  card.hint.hidden = true;
+  card.yes.disabled = card.no.disabled = true;
+  card.status.textContent = CARD_STATES[state];
+  announce(`${card.title}: ${CARD_STATES[state]}`);
+  if (focused) {
+    // Not lost to the body with the disabled button: back where it was.
+    const back = card.back?.isConnected && !card.back.disabled ? card.back : input;
+    back.focus();
+  }
+  card.back = null;
+}
+
+// Said once, politely, whatever the log's own live region is doing (an
+// answer being written is aria-busy: what is added to it is not read out).
+const announcer = document.createElement("p");
+announcer.className = "visually-hidden";
+announcer.setAttribute("role", "status");
+announcer.id = "announcer";
+root.append(announcer);
+let announced = 0;
+
+function announce(text) {
+  clearTimeout(announced);
+  announcer.textContent = "";
+  announced = setTimeout(() => {
+    announcer.textContent = text;
+  }, 50);
 }
 
 // --- ratings -------------------------------------------------------------------------------
@@ -564,6 +745,7 @@ function clearLog() {
   for (const view of views.values()) cancelAnimationFrame(view.frame);
   views.clear();
   current = null;
+  lastAnswered = null;
   clearTimeout(recheck);
   log.querySelectorAll(".message, .chat__event").forEach((item) => item.remove());
   messages.clear();
@@ -716,6 +898,10 @@ function updateControls() {
   personButton.disabled = !usable;
   // Retry and Continue ask again: not while a turn runs, in any tab.
   for (const again of log.querySelectorAll(".message__retry")) again.disabled = !canAsk();
+  // An action's question is answered on an open socket only.
+  for (const view of views.values()) {
+    for (const card of view.cards.values()) if (card.state === "open") card.yes.disabled = card.no.disabled = !ready;
+  }
 }
 
 function canAsk() {
@@ -781,7 +967,18 @@ const handlers = {
   },
   tool: (frame) => {
     const view = freshFrame(frame);
-    if (view) showTool(view, frame.name, frame.status);
+    if (view) showTool(view, frame.name, frame.status, typeof frame.title === "string" ? frame.title : "");
+  },
+  "action.answered": (frame) => {
+    // Answered in some tab, on some device: every card of it says how.
+    const card = views.get(frame.turn_id)?.cards.get(frame.call_id);
+    const state = frame.approve === true ? "confirmed" : "cancelled";
+    if (card && card.state !== state) settleCard(card, state);
+  },
+  "action.confirm": (frame) => {
+    // Not numbered: it is sent again to a tab that comes in while it is open.
+    const view = views.get(frame.turn_id);
+    if (view && view.status === "streaming" && typeof frame.call_id === "string") showCard(view, frame);
   },
   error: (frame) => {
     if (frame.code === "bad_identity") {
@@ -789,6 +986,13 @@ const handlers = {
       // key set here): the chat goes on anonymously, and the visitor needs
       // to know nothing of it. Not a refusal of a pending question either.
       console.warn("Kookee chat: the identity token was refused (bad_identity); chatting anonymously.");
+      return;
+    }
+    if (frame.code === "not_found" && frame.turn_id === undefined) {
+      // An action.answer that came too late: the question was over (its
+      // time ran out, or another window answered it).
+      if (lastAnswered?.box.isConnected) settleCard(lastAnswered, "late");
+      lastAnswered = null;
       return;
     }
     if (HANDOFF_ERRORS.has(frame.code)) {
@@ -1018,6 +1222,7 @@ function flushOutbox() {
 function closed(code) {
   socket = null;
   ready = false;
+  lastAnswered = null; // an error about its answer would come on that socket
   outbox = [];
   held = [];
   loadingEarlier = false;

@@ -249,6 +249,8 @@ async def test_a_change_runs_after_the_visitors_yes(use_provider, shop):
     assert confirm["arguments"] == {"order_id": "A-1001", "reason": "ordered twice"}
     assert shop.requests == []  # nothing before the yes
     await client.send({"type": "action.answer", "call_id": confirm["call_id"], "approve": True})
+    answered = await client.receive_until("action.answered")
+    assert answered == {"type": "action.answered", "turn_id": turn_id, "call_id": confirm["call_id"], "approve": True}
     ended = await client.finish(turn_id)
     assert ended["status"] == "completed"
     (seen,) = shop.requests
@@ -308,6 +310,8 @@ async def test_another_tab_sees_the_question_and_may_answer(use_provider, shop):
     asked = await second.receive_until("action.confirm")
     assert asked["call_id"] == confirm["call_id"]
     await second.send({"type": "action.answer", "call_id": confirm["call_id"], "approve": True})
+    # The tab that did not answer hears it was.
+    assert (await client.receive_until("action.answered"))["approve"] is True
     await client.finish(turn_id)
     assert [seen.method for seen in shop.requests] == ["POST"]
     await second.close()
