@@ -350,6 +350,9 @@ KOOKEE_IDENTITY_MAX_AGE_SECONDS = env.int("KOOKEE_IDENTITY_MAX_AGE_SECONDS", def
 # The `aud` every identity token must carry (unset: none may carry one), so
 # that a token your backend signed for another service is no good here.
 KOOKEE_IDENTITY_AUDIENCE = env.str("KOOKEE_IDENTITY_AUDIENCE", default="")
+# The team's guidance (chat/assistant/), at most this long: it goes into
+# every model call's prompt, and costs its tokens each time.
+KOOKEE_GUIDANCE_CHARS = env.int("KOOKEE_GUIDANCE_CHARS", default=4000)
 # Actions (chat/actions/): calls of the customer's API. Each has
 # KOOKEE_ACTION_TIMEOUT_SECONDS in all; one that would change something
 # waits KOOKEE_ACTION_CONFIRM_SECONDS at most for the visitor's yes (then

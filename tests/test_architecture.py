@@ -32,6 +32,7 @@ ROOMS = {
     "ops": ("chat.ops",),
     "support": ("chat.support",),
     "actions": ("chat.actions",),
+    "assistant": ("chat.assistant",),
     "engine": ("chat.engine",),
     "wiring": (
         *("chat.admin", "chat.views", "chat.routing", "chat.apps", "chat.roles"),
@@ -44,7 +45,8 @@ LAYERS = {
     "ops": {"core", "visitors", "ops"},
     "support": {"core", "visitors", "ops", "support"},
     "actions": {"core", "visitors", "ops", "actions"},
-    "engine": {"core", "visitors", "ops", "support", "actions", "engine"},
+    "assistant": {"core", "assistant"},
+    "engine": {"core", "visitors", "ops", "support", "actions", "assistant", "engine"},
 }
 
 

@@ -22,6 +22,7 @@ from billing.models import LedgerEntry
 from billing.services import bill_once
 from chat.actions import catalog
 from chat.actions.catalog import CallRecord
+from chat.assistant import versions
 from chat.engine import frames, prompt, to_person
 from chat.engine.rounds import Round
 from chat.engine.to_person import ToPerson
@@ -102,7 +103,7 @@ def start_turn(
     # The system prompt names the help center's articles: read (and the
     # search index rebuilt, when due) before the turn's transaction, which
     # locks the visitor's budgets.
-    system = prompt.system_prompt()
+    system = prompt.system_prompt(versions.live().guidance)
     try:
         return _start_turn(visitor, conversation_id, user_text, model, owner, replacing, tool_chars, system)
     except IntegrityError:

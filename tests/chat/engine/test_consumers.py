@@ -89,12 +89,13 @@ async def test_a_help_question_is_two_generations(chat, use_provider, articles):
     assert all(g.first_delta_at and g.ended_at >= g.started_at for g in generations)
 
 
-async def test_a_help_question_takes_fifteen_statements_of_the_database(chat, use_provider, articles, monkeypatch):
+async def test_a_help_question_takes_sixteen_statements_of_the_database(chat, use_provider, articles, monkeypatch):
     # Every statement is a trip to the one database thread that every turn's
     # first character may wait behind (chat/engine/db_lane.py). A turn of
-    # a known conversation: 6 to start it (the actions it may offer,
-    # conversation, limits, history, budget hold, insert), 4 for its tool round (generation, tool call,
-    # budget top-up, the turn's hold), 5 to end it (claim, generation,
+    # a known conversation: 7 to start it (the actions it may offer, the
+    # team's live guidance, conversation, limits, history, budget hold,
+    # insert), 4 for its tool round (generation, tool call, budget top-up,
+    # the turn's hold), 5 to end it (claim, generation,
     # search, ledger entry, budget settled). Transactions and savepoints
     # apart.
     statements: list[str] = []
@@ -118,7 +119,7 @@ async def test_a_help_question_takes_fifteen_statements_of_the_database(chat, us
             ended = await chat.receive_until("turn.ended", turn_id=turn_id)
         assert ended["status"] == "completed"
         await check_turn(chat.frames, turn_id)
-    assert len(statements) == 15, "\n".join(statements)
+    assert len(statements) == 16, "\n".join(statements)
 
 
 async def test_history_is_sent_to_the_model(chat, use_provider):
