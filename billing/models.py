@@ -54,6 +54,11 @@ class LedgerEntry(AppendOnly):
     )
     output_tokens = models.PositiveIntegerField(_("output tokens"))
     estimated = models.BooleanField(_("estimated"), help_text=_("Part of the usage is an estimate."))
+    # Staff trying a draft of the assistant (its Preview page): real tokens,
+    # billed, told apart from what visitors cost.
+    preview = models.BooleanField(
+        _("preview"), default=False, db_index=True, help_text=_("Staff previewing the assistant, not a visitor.")
+    )
     # NULL when no price was in force for the model: unpriced, never a silent 0.
     cost = models.DecimalField(_("cost"), max_digits=14, decimal_places=8, null=True, blank=True)
     # The price the cost was worked out with, and its rates as they were.

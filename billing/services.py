@@ -132,8 +132,10 @@ def bill_once(
     cached_input_tokens: int = 0,
     reasoning_tokens: int = 0,
     priced_at: datetime | None = None,
+    preview: bool = False,
 ) -> LedgerEntry:
     """Writes the turn's ledger entry, or returns the one already written.
+    `preview`: staff trying a draft of the assistant, not a visitor.
 
     The turn is priced at `priced_at`, its start: a price that takes effect
     while it runs does not apply to it. With no price in force the cost is
@@ -158,6 +160,7 @@ def bill_once(
                 output_tokens=output_tokens,
                 reasoning_tokens=min(reasoning_tokens, output_tokens),
                 estimated=estimated,
+                preview=preview,
                 cost=None if price is None else cost_of(price, input_tokens, output_tokens, cached_input_tokens),
                 price=price,
                 input_per_million=None if price is None else price.input_per_million,

@@ -73,6 +73,11 @@ def live() -> Shape:
     return shape_of(live_version())
 
 
+def previewed() -> Shape:
+    """What the Preview page chats with: the draft, else the live version."""
+    return shape_of(draft() or live_version())
+
+
 def latest() -> AssistantVersion | None:
     return AssistantVersion.objects.order_by("-id").first()
 

@@ -16,9 +16,8 @@ import asyncio
 import dataclasses
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qs
 
 from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
 from channels.db import database_sync_to_async
@@ -26,14 +25,24 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.utils import translation
 from django.utils.functional import Promise
-from django.utils.translation.trans_real import parse_accept_lang_header
 
 from chat import errors
-from chat.engine import backpressure, capacity, client_frames, fastjson, frames, history, hub, lifecycle, records, turns
+from chat.engine import (
+    backpressure,
+    capacity,
+    client_frames,
+    fastjson,
+    frames,
+    handshake,
+    history,
+    hub,
+    lifecycle,
+    records,
+    turns,
+)
 from chat.engine.client_frames import BadFrame
 from chat.support import feedback, handoffs
-from chat.visitors import access, embed, limits, verified
-from chat.visitors import identity as visitors
+from chat.visitors import access, limits, verified
 from chat.visitors.identity import Visitor
 from chat.visitors.limits import FrameBudget, LimitReached
 from chat.vocabulary import Code
@@ -124,15 +133,15 @@ class ChatConsumer(AsyncWebsocketConsumer):
             self._rearm_idle_timer()
 
     async def connect(self) -> None:
-        self.language = _language(self.scope)
-        self.host = dict(self.scope.get("headers", [])).get(b"host", b"").decode("latin-1")[:300]
+        self.language = handshake.language(self.scope)
+        self.host = handshake.host(self.scope)
         if capacity.saturated():
             # Before any database work: a refusal must cost next to nothing.
             await self.accept()
             await self.close(code=CLOSE_BUSY, reason="Busy: try again shortly.")
             return
         try:
-            identity = await database_sync_to_async(_identify)(self.scope)
+            identity = await database_sync_to_async(handshake.identify)(self.scope)
         except access.Refused:
             # A key we know and no longer accept: said after accepting, where
             # the page can read it (a refused handshake looks like any network
@@ -398,51 +407,3 @@ class ChatConsumer(AsyncWebsocketConsumer):
 def _size(text: str) -> int:
     """Bytes, as they cross the wire."""
     return len(text.encode("utf-8", "surrogatepass"))
-
-
-def _identify(scope: Mapping[str, Any]) -> tuple[Visitor, int | None, tuple[int, str] | None] | None:
-    """The visitor, their conversation (None before their first message) and
-    their running turn, if any (see records.running_turn):
-    by the widget's token when one is presented (the embed page), else by the
-    session cookie (the chat page). None: no live session. Raises Refused
-    for a token that is no good (forged, idle, revoked) or a revoked session."""
-    tokens = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
-    if tokens:
-        visitor = access.visitor_for_token(tokens[0])
-        if visitor is None:
-            raise access.Refused
-    else:
-        visitor = access.visitor_for_session(scope["session"])
-    if visitor is None:
-        return None
-    running = records.running_turn(visitor)
-    page = _source_page(scope) if tokens else ""
-    return Visitor.of(visitor, _client_address(scope), page), access.conversation_of(visitor), running
-
-
-def _source_page(scope: Mapping[str, Any]) -> str:
-    """The page of a customer's site that embeds the widget, as the widget's
-    script tells it (static/chat/widget.js): kept as origin and path (a query
-    string can carry anything), and only from a site allowed to embed it."""
-    pages = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("page")
-    return embed.source_page(pages[0]) if pages else ""
-
-
-def _language(scope: Mapping[str, Any]) -> str:
-    """The visitor's language, from their browser's Accept-Language, as
-    Django's LocaleMiddleware chooses for the page."""
-    header = dict(scope.get("headers", [])).get(b"accept-language", b"").decode("latin-1")
-    for code, _quality in parse_accept_lang_header(header):
-        if code == "*":
-            break
-        try:
-            return translation.get_supported_language_variant(code)
-        except LookupError:
-            continue
-    return settings.LANGUAGE_CODE
-
-
-def _client_address(scope: Mapping[str, Any]) -> str | None:
-    client = scope.get("client")
-    forwarded = dict(scope.get("headers", [])).get(b"x-forwarded-for", b"").decode("latin-1")
-    return visitors.client_address(client[0] if client else None, forwarded)

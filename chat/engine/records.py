@@ -57,6 +57,7 @@ class TurnRecord:
     started_at: datetime  # the turn is priced as of its start
     budget: dict[str, Any]  # what it holds in the daily budgets (Turn.budget)
     recorded: set[int] = field(default_factory=set)  # the rounds stored as generations
+    preview: bool = False  # staff previewing a draft of the assistant
 
     @classmethod
     def load(cls, turn_id: int) -> TurnRecord:
@@ -103,7 +104,9 @@ def start_turn(
     # The system prompt names the help center's articles: read (and the
     # search index rebuilt, when due) before the turn's transaction, which
     # locks the visitor's budgets.
-    system = prompt.system_prompt(versions.live().guidance)
+    # A preview speaks as the draft would; a visitor meets the live version.
+    shape = versions.previewed() if visitor.preview else versions.live()
+    system = prompt.system_prompt(shape.guidance)
     try:
         return _start_turn(visitor, conversation_id, user_text, model, owner, replacing, tool_chars, system)
     except IntegrityError:
@@ -153,7 +156,8 @@ def _start_turn(
         # Last activity is shown to the minute and idles widgets in days:
         # turns back to back need not write it each time.
         conversation.save(update_fields=["updated_at"])
-    return Started(conversation.id, turn.id, messages, TurnRecord(turn.id, turn.started_at, budget))
+    record = TurnRecord(turn.id, turn.started_at, budget, preview=visitor.preview)
+    return Started(conversation.id, turn.id, messages, record)
 
 
 def running_turn(visitor: str) -> tuple[int, str] | None:
@@ -340,7 +344,8 @@ def finish_turn(
     for rnd in rounds:
         if rnd.number not in record.recorded:
             record_generation(turn_id, rnd)
-    searches.record_searches(turn_id, text, [call for rnd in rounds for call in rnd.tool_calls])
+    if not record.preview:  # the unanswered questions are visitors'
+        searches.record_searches(turn_id, text, [call for rnd in rounds for call in rnd.tool_calls])
     catalog.save_calls(turn_id, action_calls)
     usages = [rnd.usage for rnd in rounds]
     entry = bill_once(
@@ -352,6 +357,7 @@ def finish_turn(
         reasoning_tokens=sum(u.reasoning_tokens for u in usages),
         estimated=any(u.estimated for u in usages),
         priced_at=record.started_at,
+        preview=record.preview,
     )
     limits.settle(record.budget, entry.input_tokens + entry.output_tokens)
     return _usage_of(entry)

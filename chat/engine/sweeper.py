@@ -13,7 +13,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from billing.services import bill_once
-from chat.models import Generation, ToolCall, Turn
+from chat.models import Conversation, Generation, ToolCall, Turn
 from chat.support import searches
 from chat.visitors import limits
 
@@ -64,7 +64,9 @@ def _close_stale_turn(turn_id: int, cutoff: datetime) -> bool:
             started_at=heartbeat,
             ended_at=heartbeat,
         )
-    searches.record_searches(turn_id, turn.assistant_text, ToolCall.objects.filter(generation__turn=turn))
+    preview = Conversation.objects.filter(pk=turn.conversation_id, preview=True).exists()
+    if not preview:  # the unanswered questions are visitors'
+        searches.record_searches(turn_id, turn.assistant_text, ToolCall.objects.filter(generation__turn=turn))
     totals = turn.generations.aggregate(
         input=Sum("input_tokens"),
         cached=Sum("cached_input_tokens"),
@@ -80,6 +82,7 @@ def _close_stale_turn(turn_id: int, cutoff: datetime) -> bool:
         reasoning_tokens=totals["reasoning"] or 0,
         estimated=True,
         priced_at=turn.started_at,
+        preview=preview,
     )
     limits.settle(turn.budget, entry.input_tokens + entry.output_tokens)
     Turn.objects.filter(pk=turn_id).update(budget={})

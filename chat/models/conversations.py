@@ -27,6 +27,9 @@ class Conversation(models.Model):
     # Erased at the visitor's request (chat/support/erasure.py): its requests
     # for a person are closed, and nobody may write in it again.
     erased_at = models.DateTimeField(_("erased at"), null=True, blank=True, editable=False)
+    # Staff chatting with a draft of the assistant (its Preview page): left out
+    # of the reports and the unanswered questions, billed as preview.
+    preview = models.BooleanField(_("preview"), default=False, editable=False)
     # The verified person it belongs to, if any: what the customer's backend
     # vouched for in a signed token (chat/visitors/verified.py), never the
     # token. One person per conversation: a tab that proves another starts

@@ -110,7 +110,10 @@ def conversation_for(
         created = cast(
             "WithAnnotations[Conversation, Claimed]",
             Conversation.objects.create(
-                visitor_hash=visitor.hash, source_url=visitor.page, **_verified_fields(visitor.person)
+                visitor_hash=visitor.hash,
+                source_url=visitor.page,
+                preview=visitor.preview,
+                **_verified_fields(visitor.person),
             ),
         )
         created.claimed = False

@@ -34,6 +34,8 @@ class Visitor:
     # Who the customer's backend says they are, once their tab proved it
     # (an `identify` frame: chat/visitors/verified.py); None: anonymous.
     person: Person | None = None
+    # Staff previewing a draft of the assistant (chat/assistant/), not a visitor.
+    preview: bool = False
 
     @classmethod
     def of(cls, visitor_hash: str, address: str | None, page: str = "") -> Visitor:

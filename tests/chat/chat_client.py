@@ -33,12 +33,14 @@ class ChatClient:
         self.frames: list[dict[str, Any]] = []
 
     @classmethod
-    async def connect(cls, session_key: str | None = None, origin: bytes = ORIGIN, language: str = "") -> ChatClient:
+    async def connect(
+        cls, session_key: str | None = None, origin: bytes = ORIGIN, language: str = "", path: str = "/ws/chat/"
+    ) -> ChatClient:
         key = session_key or await new_session_key()
         headers = [(b"origin", origin), (b"host", HOST), (b"cookie", f"sessionid={key}".encode())]
         if language:
             headers.append((b"accept-language", language.encode()))
-        client = cls(WebsocketCommunicator(application, "/ws/chat/", headers=headers))
+        client = cls(WebsocketCommunicator(application, path, headers=headers))
         client.connected, client.close_code = await client.communicator.connect()
         return client
 
