@@ -100,8 +100,10 @@ def own_hosts(request_host: str = "") -> frozenset[tuple[str, int | None]]:
         except ValueError:
             port = None
         if parts.hostname:
-            # Without a port, the scheme's default, which the Host header cannot tell: any port.
-            hosts.add((parts.hostname.lower(), port))
+            # Without a port, the scheme's default, which the Host header
+            # cannot tell (behind a proxy, neither can the socket): both.
+            for each in (port,) if port else (80, 443):
+                hosts.add((parts.hostname.lower(), each))
     return frozenset(hosts)
 
 

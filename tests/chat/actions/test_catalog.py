@@ -495,12 +495,12 @@ def test_own_hosts(settings):
         ("chat.example.net", None),
     }
     assert catalog.own_hosts("Help.Example.org:8000") >= {("help.example.org", 8000)}
-    # No port in the Host header: the scheme's default, which it cannot tell, so any port.
-    assert ("chat.example.net", None) in catalog.own_hosts("chat.example.net")
+    # No port in the Host header: the scheme's default, which it cannot tell, so both.
+    assert {("chat.example.net", 80), ("chat.example.net", 443)} <= catalog.own_hosts("chat.example.net")
     # A loopback name only at the very port the visitor used.
     assert catalog.own_hosts("localhost:8000") - catalog.own_hosts() == {("localhost", 8000)}
     assert ("::1", 8000) in catalog.own_hosts("[::1]:8000")
-    assert catalog.own_hosts("localhost:bad") - catalog.own_hosts() == {("localhost", None)}
+    assert catalog.own_hosts("localhost:bad") - catalog.own_hosts() == {("localhost", 80), ("localhost", 443)}
 
 
 def test_own_hosts_leave_out_loopback_names_and_star(settings):
