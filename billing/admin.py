@@ -15,6 +15,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
 from django.db.models import OuterRef, Subquery
+from django.dispatch import Signal
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -34,6 +35,11 @@ MAX_CHART_DAYS = 366
 # The conversation a ledger list is narrowed to, from the per-conversation page.
 CONVERSATION_LOOKUP = "turn__conversation__public_id"
 PER_CONVERSATION_ROWS = 200
+# One line each, under the ledger's list, on what every model call carries
+# besides the visitor's words: another app connects a receiver that returns
+# it (chat: what the team's guidance adds, chat/admin/assistant.py), as
+# billing imports no chat code.
+ledger_readouts = Signal()
 
 
 @admin.register(LedgerEntry)
@@ -163,6 +169,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
             monthly_url=self._url("monthly") + cl.get_query_string(),
             conversations_url=self._url("conversations") + cl.get_query_string(),
             unpriced_url=cl.get_query_string({PricedFilter.parameter_name: "no"}),
+            readouts=[line for _receiver, line in ledger_readouts.send(sender=self.__class__) if line],
         )
         warn_unpriced(request, self.admin_site)
         return response

@@ -4,10 +4,12 @@ in to the admin; superusers see everything.
 - Support reads transcripts (conversations, turns, generations, tool calls,
   the calls of actions),
   ratings, searches, the unanswered questions and the support report; works
-  the queue of requests for a person; edits the help center. No prices, no
-  ledger.
+  the queue of requests for a person; edits the help center; shapes the
+  assistant (its guidance, name, greeting and starter questions: drafts,
+  publishes, restores; chat/admin/assistant.py). No prices, no ledger.
 - Finance reads the usage ledger and its reports and edits the price table.
-  Nothing that visitors or the model wrote.
+  Nothing that visitors or the model wrote, nor the team's guidance (only
+  what it costs, on the ledger).
 """
 
 from django.apps import apps
@@ -32,6 +34,9 @@ ROLES = {
         "helpcenter.add_article",
         "helpcenter.change_article",
         "helpcenter.delete_article",
+        "chat.view_assistantversion",  # the Assistant page
+        "chat.add_assistantversion",  # Save draft, Restore (each makes a version)
+        "chat.change_assistantversion",  # Publish, Restore
     ],
     "Finance": [
         "billing.view_ledgerentry",

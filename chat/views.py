@@ -3,6 +3,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.clickjacking import xframe_options_exempt
 
 from base.pages import private, with_policy
+from chat.assistant import versions
 from chat.engine import history
 from chat.support import replies
 from chat.visitors import access, embed
@@ -27,7 +28,16 @@ def index(request):
         session.mint()
         visitor = access.visitor_for_session(session)
     page = history.history_of(access.conversation_of(visitor))
-    return private(with_policy(request, render(request, "chat/index.html", {"history": page})))
+    context = {"history": page, "face": face_for(request)}
+    return private(with_policy(request, render(request, "chat/index.html", context)))
+
+
+def face_for(request) -> versions.Face:
+    """What the visitor meets before they write (the live version's name,
+    greeting and starter questions), in the request's language: rendered
+    into the page, the widget's frame as well, so that no request waits for it."""
+    face = versions.live().face(request.LANGUAGE_CODE)
+    return versions.Face(face.name, face.greeting, face.starters[: versions.MAX_STARTERS])
 
 
 @xframe_options_exempt  # framing is governed by frame-ancestors instead
@@ -43,7 +53,11 @@ def embed_page(request):
     has them) go to its script too: only their pages may hand it a verified
     visitor's identity (KookeeChat.identify, in static/chat/chat.js).
     """
-    context = {"token": embed.new_token(), "parent_origins": " ".join(settings.KOOKEE_EMBED_ORIGINS)}
+    context = {
+        "token": embed.new_token(),
+        "parent_origins": " ".join(settings.KOOKEE_EMBED_ORIGINS),
+        "face": face_for(request),
+    }
     response = render(request, "chat/embed.html", context)
     return private(with_policy(request, response, ancestors=embed.frame_ancestors()))
 

@@ -51,7 +51,7 @@ def test_roles_are_created_idempotently():
     ensure_roles()
     ensure_roles()
     assert sorted(Group.objects.values_list("name", flat=True)) == ["Finance", "Support"]
-    assert Group.objects.get(name="Support").permissions.count() == 16
+    assert Group.objects.get(name="Support").permissions.count() == 19
     assert Group.objects.get(name="Finance").permissions.count() == 7
 
 

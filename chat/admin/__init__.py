@@ -19,3 +19,4 @@ from chat.support import handoff_admin  # noqa: F401  (registers the queue)
 
 from chat.admin import conversations, turns  # noqa: F401  (register transcripts, turns and calls) isort: skip
 from chat.admin import actions  # noqa: F401  (registers actions, their credentials and calls) isort: skip
+from chat.admin import assistant  # noqa: F401  (registers the Assistant page, Support's) isort: skip

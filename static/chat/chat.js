@@ -16,7 +16,12 @@ const gettext = globalThis.gettext ?? ((text) => text);
 
 const root = document.getElementById("chat");
 const log = document.getElementById("log");
+// What an empty conversation shows (the team's greeting, or a hint), and
+// the team's starter questions under it: server-rendered in the visitor's
+// language (templates/chat/_chat.html), on screen until the first turn or
+// message, and back for a new conversation. Not a turn: never sent, never stored.
 const empty = document.getElementById("empty");
+const starters = [...empty.querySelectorAll(".chat__starter")];
 const earlier = document.getElementById("earlier");
 const input = document.getElementById("text");
 const button = document.getElementById("send");
@@ -750,6 +755,7 @@ function clearLog() {
   log.querySelectorAll(".message, .chat__event").forEach((item) => item.remove());
   messages.clear();
   log.append(empty);
+  empty.hidden = false; // hidden on a page that came with a history
   setMore(false);
   showHandoff(null);
 }
@@ -898,6 +904,7 @@ function updateControls() {
   personButton.disabled = !usable;
   // Retry and Continue ask again: not while a turn runs, in any tab.
   for (const again of log.querySelectorAll(".message__retry")) again.disabled = !canAsk();
+  for (const starter of starters) starter.disabled = !canAsk();
   // An action's question is answered on an open socket only.
   for (const view of views.values()) {
     for (const card of view.cards.values()) if (card.state === "open") card.yes.disabled = card.no.disabled = !ready;
@@ -1276,7 +1283,8 @@ async function renew() {
   setConnection(gettext("Starting a new conversation…"), "reconnecting");
   try {
     if (embedded) keepToken(spare || (await freshToken()));
-    else await fetch("/", { method: "HEAD", cache: "no-store", credentials: "same-origin" }); // a new session cookie
+    // A new session cookie (the admin's Preview page: a new preview key).
+    else await fetch(root.dataset.renew || "/", { method: "HEAD", cache: "no-store", credentials: "same-origin" });
     spare = null;
   } catch {
     // The network or the server is down: the next attempt finds out.
@@ -1352,6 +1360,16 @@ document.getElementById("close")?.addEventListener("click", () => {
 });
 
 earlier.addEventListener("click", askEarlier);
+
+// A starter question is sent as the visitor's message, as if typed and sent.
+for (const starter of starters) {
+  starter.addEventListener("click", (event) => {
+    if (!ask(starter.textContent)) return;
+    // From the keyboard, on to the question box, as after typing: the
+    // button goes with the greeting. (A tap opens no phone's keyboard now.)
+    if (event.detail === 0) input.focus();
+  });
+}
 
 // Starting over cannot be undone: it asks first.
 restartButton.addEventListener("click", () => confirmRestart.showModal());

@@ -243,13 +243,14 @@ def test_the_list_runs_the_same_queries_for_3_and_30_entries(finance, django_ass
     ledger(finance)  # warm caches (content types, ...)
     # session, user, the user's and its groups' permissions, the filtered and the
     # full count, the page of entries, the chart, the totals, the model filter's
-    # values, the models billed lately (for the unpriced warning)
-    with django_assert_num_queries(11):
+    # values, the models billed lately (for the unpriced warning), the live
+    # guidance (chat's readout of what it costs)
+    with django_assert_num_queries(12):
         assert len(listed(ledger(finance))) == 3
 
     for n in range(27):
         make_entry(model=f"model-{n % 4}", estimated=n % 3 == 0, at=days_ago(n))
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(12):
         assert len(listed(ledger(finance))) == 30
 
 
