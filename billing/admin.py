@@ -51,6 +51,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         ("created_at", DateRangeFilter),
         "model",
         "estimated",
+        "preview",
         PricedFilter,
         ("turn__status", BilledTurnStatusFilter),
     ]
@@ -68,6 +69,7 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
         "output",
         "reasoning",
         "estimated",
+        "preview",
         "usd",
         "price_used",
     ]
@@ -136,7 +138,9 @@ class LedgerEntryAdmin(WrittenByTheApp, ModelAdmin):
     def turn_status(self, entry: LedgerEntry) -> str:
         # The status's label (the turn's model's choices: billing imports no chat code).
         labels = dict(LedgerEntry._meta.get_field("turn").related_model._meta.get_field("status").flatchoices)
-        return labels.get(entry.turn_status, entry.turn_status)
+        status = labels.get(entry.turn_status, entry.turn_status)
+        # Staff trying a draft of the assistant, not a visitor: billed all the same.
+        return gettext("%(status)s (preview)") % {"status": status} if entry.preview else status
 
     # --- pages ------------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ class ConversationAdmin(ModelAdmin):
     list_display_links = ["first_question"]
     list_filter = [
         "created_at",
+        "preview",
         VerifiedFilter,
         ConversationTurnStatusFilter,
         ConversationRatingFilter,
@@ -241,6 +242,9 @@ class ConversationAdmin(ModelAdmin):
         if obj.verified_id:
             # A verified visitor, among the flags: a column of its own did not fit 1,400 px.
             flags.insert(0, verified_person(obj))
+        if obj.preview:
+            # Staff trying a draft of the assistant (its Preview page): not a visitor.
+            flags.insert(0, format_html('<span class="kk-flag">{}</span>', gettext("preview")))
         return format_html_join(", ", "{}", ((flag,) for flag in flags))
 
     @admin.display(description=_("visitor"))

@@ -186,3 +186,39 @@ def test_the_preview_page_is_for_those_who_shape_the_assistant(client, django_us
     assert client.get("/admin/chat/assistantversion/preview/").status_code == 403
     client.logout()
     assert client.get("/admin/chat/assistantversion/preview/").status_code == 302  # to the login
+
+
+@pytest.mark.django_db
+def test_finance_sees_a_previews_cost_as_preview(client, django_user_model):
+    from billing.services import bill_once
+    from chat.models import Turn
+
+    ensure_roles()
+    finance = django_user_model.objects.create_user("fin", is_staff=True)
+    finance.groups.add(Group.objects.get(name="Finance"))
+    for preview_turn in (False, True):
+        conversation = Conversation.objects.create(visitor_hash=f"v{preview_turn}", preview=preview_turn)
+        turn = Turn.objects.create(conversation=conversation, user_text="q", model="gpt-4o-mini", status="completed")
+        bill_once(turn.id, model="gpt-4o-mini", input_tokens=10, output_tokens=5, estimated=False, preview=preview_turn)
+    client.force_login(finance)
+    page = client.get("/admin/billing/ledgerentry/").content.decode()
+    assert page.count("completed (preview)") == 1
+    only = client.get("/admin/billing/ledgerentry/?preview__exact=1").content.decode()
+    assert only.count("(preview)") == 1 and "1 ledger entry" in only
+
+
+@pytest.mark.django_db
+def test_support_sees_a_preview_conversation_marked(client, django_user_model):
+    ensure_roles()
+    sam = django_user_model.objects.create_user("sam", is_staff=True)
+    sam.groups.add(Group.objects.get(name="Support"))
+    from chat.models import Turn
+
+    for flag in (False, True):
+        conversation = Conversation.objects.create(visitor_hash=f"v{flag}", preview=flag)
+        Turn.objects.create(conversation=conversation, user_text=f"question {flag}", model="m", status="completed")
+    client.force_login(sam)
+    page = client.get("/admin/chat/conversation/").content.decode()
+    assert page.count('<span class="kk-flag">preview</span>') == 1
+    only = client.get("/admin/chat/conversation/?preview__exact=0").content.decode()
+    assert "question False" in only and "question True" not in only
