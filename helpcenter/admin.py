@@ -1,7 +1,10 @@
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count
-from django.urls import reverse
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext, ngettext
@@ -11,6 +14,7 @@ from base.admin import ModelAdmin
 from helpcenter.importers import SourceError, check_settings, location_of, reader_for, secrets
 from helpcenter.importers.sync import Busy, sync_in_background
 from helpcenter.models import Article, Source
+from helpcenter.sync_results import result_text, started, tell_ended
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -34,9 +38,14 @@ class StateFilter(admin.SimpleListFilter):
         return queryset
 
 
+def clamped(text: str) -> str:
+    """Text that takes two lines at most in a list (static/helpcenter/admin.css), whole in its tooltip."""
+    return format_html('<span class="hc-clamp" title="{}">{}</span>', text, text)
+
+
 @admin.register(Article)
 class ArticleAdmin(ModelAdmin):
-    list_display = ["title", "locale", "source_name", "state", "synced_at", "updated_at"]
+    list_display = ["short_title", "locale", "source_name", "state", "synced_at", "updated_at"]
     list_filter = [StateFilter, "source", "locale"]
     search_fields = ["title", "body"]
     prepopulated_fields = {"slug": ["title"]}
@@ -50,6 +59,9 @@ class ArticleAdmin(ModelAdmin):
         "source_updated_at",
         "synced_at",
     ]
+
+    class Media:
+        css = {"all": ["helpcenter/admin.css"]}
 
     def get_fields(self, request, obj=None):
         fields = ["title", "slug", "body", "published", "locale"]
@@ -78,9 +90,13 @@ class ArticleAdmin(ModelAdmin):
             )
         return super().change_view(request, object_id, form_url, extra_context)
 
+    @admin.display(description=_("title"), ordering="title")
+    def short_title(self, article):
+        return clamped(article.title)
+
     @admin.display(description=_("source"), ordering="source__name")
     def source_name(self, article):
-        return article.source.name if article.source_id else gettext("Typed in the admin")
+        return clamped(article.source.name) if article.source_id else gettext("Typed in the admin")
 
     @admin.display(description=_("state"), ordering="published")
     def state(self, article):
@@ -171,12 +187,16 @@ class SourceForm(forms.ModelForm):
 @admin.register(Source)
 class SourceAdmin(ModelAdmin):
     form = SourceForm
-    list_display = ["name", "kind", "location", "article_count", "synced_at", "status"]
+    # The status says when it last synced: no column of its own beside it (the list fits a 1,366 px laptop).
+    list_display = ["name", "kind", "location", "article_count", "status", "last_result_shown"]
     list_filter = ["kind"]
     actions = ["sync_now"]
     readonly_fields = ["token_stored", "status", "last_result_shown", "articles_link", "synced_at"]
     change_form_template = "admin/helpcenter/source/change_form.html"
     change_list_template = "admin/helpcenter/source/change_list.html"
+
+    class Media:
+        css = {"all": ["helpcenter/admin.css"]}
 
     # The superusers' alone, whatever model permissions a user holds: a
     # source names files on the server to read and where its token is sent.
@@ -213,15 +233,42 @@ class SourceAdmin(ModelAdmin):
         # A source's kind and location are what it is: a new one is another source.
         return [*self.readonly_fields, "kind", "location"] if obj is not None else self.readonly_fields
 
+    def get_urls(self):
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        sync = path("<path:object_id>/sync/", self.admin_site.admin_view(self.sync_view), name=f"{name}_sync")
+        return [sync, *super().get_urls()]
+
     def changelist_view(self, request, extra_context=None):
         # The list refreshes itself while a sync runs: it is where the action shows its progress.
+        tell_ended(request)
         syncing = Source.objects.filter(running_since__isnull=False).exists()
         return super().changelist_view(request, {**(extra_context or {}), "syncing": syncing})
 
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # The source's page refreshes itself too while it syncs; its "Sync now" posts to sync_view.
+        tell_ended(request)
+        context = {**(extra_context or {}), "sync_url": reverse("admin:helpcenter_source_sync", args=[object_id])}
+        return super().change_view(request, object_id, form_url, context)
+
+    def sync_view(self, request, object_id):
+        """The source page's "Sync now": as the list's action, for this source."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        source = self.get_object(request, unquote(object_id))
+        if source is None:
+            raise Http404
+        self._sync(request, [source])
+        return HttpResponseRedirect(reverse("admin:helpcenter_source_change", args=[source.pk]))
+
     @admin.action(description=_("Sync now"))
     def sync_now(self, request, queryset):
-        started = []
-        for source in queryset:
+        self._sync(request, list(queryset))
+
+    def _sync(self, request, sources: list[Source]) -> None:
+        names = []
+        for source in sources:
             try:
                 sync_in_background(source)
             except Busy:
@@ -229,16 +276,17 @@ class SourceAdmin(ModelAdmin):
                     request, gettext("%(name)s is already syncing.") % {"name": source.name}, messages.WARNING
                 )
             else:
-                started.append(source.name)
-        if started:
+                started(request, source)  # its result is told on the first page after it ends
+                names.append(source.name)
+        if names:
             self.message_user(
                 request,
                 ngettext(
                     "Syncing %(names)s: this page shows how far it is.",
                     "Syncing %(names)s: this page shows how far they are.",
-                    len(started),
+                    len(names),
                 )
-                % {"names": ", ".join(started)},
+                % {"names": ", ".join(names)},
                 messages.SUCCESS,
             )
 
@@ -255,13 +303,17 @@ class SourceAdmin(ModelAdmin):
     def token_stored(self, source):
         return gettext("Set (encrypted)") if source.token_encrypted else gettext("None")
 
-    @admin.display(description=_("status"))
+    @admin.display(description=_("status"), ordering="synced_at")
     def status(self, source):
         if source.running_since is not None:
             if source.progress_embedding:
                 return format_html(
                     '<span class="kk-running">{}</span>',
-                    gettext("Embedding: %(done)s of %(total)s sections")
+                    ngettext(
+                        "Embedding: %(done)s of %(total)s section",
+                        "Embedding: %(done)s of %(total)s sections",
+                        source.progress_total or 2,  # not known yet: "…", in the plural
+                    )
                     % {"done": source.progress_done, "total": source.progress_total or "…"},
                 )
             if source.progress_total:
@@ -281,9 +333,4 @@ class SourceAdmin(ModelAdmin):
 
     @admin.display(description=_("last result"))
     def last_result_shown(self, source):
-        found = source.last_result or {}
-        if not found:
-            return None  # the admin's empty value
-        return gettext("%(added)s added, %(updated)s updated, %(unchanged)s unchanged, %(unpublished)s unpublished") % {
-            key: found.get(key, 0) for key in ("added", "updated", "unchanged", "unpublished")
-        }
+        return result_text(source.last_result)  # None before any sync: the admin's empty value

@@ -8,11 +8,15 @@ from chat import views
 from chat.ops import monitoring
 from chat.support import api
 from kookee import admin as kookee_admin
+from kookee import forbidden
 
 # The admin's own name for staff, in its header and page titles.
 admin.site.site_header = _("Kookee chat")
 admin.site.site_title = _("Kookee chat admin")
 admin.site.index_title = _("Support and finance")
+
+# Another role's admin page: the admin's own page saying whose it is; a plain 403 elsewhere.
+handler403 = forbidden.permission_denied
 
 urlpatterns = [
     path("", views.index, name="index"),

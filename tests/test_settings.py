@@ -61,3 +61,22 @@ def test_an_identity_secret_shorter_than_32_bytes_is_refused_at_start(tmp_path):
     assert refused.returncode != 0 and "KOOKEE_IDENTITY_SECRET" in refused.stderr
     taken = manage("check", KOOKEE_IDENTITY_SECRET="x" * 32, **common)
     assert taken.returncode == 0, taken.stderr
+
+
+def test_a_command_without_debug_or_a_secret_is_refused_in_one_sentence(tmp_path):
+    # As production: DJANGO_DEBUG off (unset) and no DJANGO_SECRET_KEY. The
+    # command refuses to start, whatever .secret_key a developer's checkout
+    # holds (it would seal a source's token under a key the servers lack),
+    # and says why and what to do, not in a traceback.
+    from tests.test_security import manage
+
+    (tmp_path / "help").mkdir()
+    (tmp_path / "help" / "a.md").write_text("# A\n\nText.\n")
+    result = manage(
+        "import_help_center", "markdown", str(tmp_path / "help"), DATABASE_URL=f"sqlite:///{tmp_path / 'x.sqlite3'}"
+    )
+
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is not set" in result.stderr and "DJANGO_DEBUG=true" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "x.sqlite3").exists() or (tmp_path / "x.sqlite3").stat().st_size == 0

@@ -272,7 +272,8 @@ class HandoffAdmin(ModelAdmin):
             return format_html(
                 '{} <span class="kk-badge kk-handoff--open">{}</span>',
                 obj.visitor_messages,
-                _("%(count)s new") % {"count": obj.unanswered_messages},
+                ngettext("%(count)s new", "%(count)s new", obj.unanswered_messages)
+                % {"count": obj.unanswered_messages},
             )
         return str(obj.visitor_messages)
 
@@ -287,10 +288,12 @@ class HandoffAdmin(ModelAdmin):
     def contact(self, obj) -> str:
         """The email the visitor gave with the request, and, for a verified
         visitor, their badge and id (in one column: two did not fit 1,400 px)."""
+        # The address on one line, a long one cut short: whole in its tooltip.
+        email = format_html('<span class="kk-email" title="{}">{}</span>', obj.email, obj.email) if obj.email else ""
         if not obj.conversation.verified_id:
-            return obj.email or "-"
+            return email or "-"
         return format_html_join(
-            SafeString("<br>"), "{}", ((part,) for part in (obj.email, verified_person(obj.conversation)) if part)
+            SafeString("<br>"), "{}", ((part,) for part in (email, verified_person(obj.conversation)) if part)
         )
 
     @admin.display(description=_("visitor"))

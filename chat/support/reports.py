@@ -13,7 +13,10 @@ Definitions (also on the pages, and in docs/operations.md):
   first reply of Support in it; time to close: from a request to its close.
   Median and 90th percentile (nearest rank), over the requests that got one.
 - Each headline figure is compared with the period of the same length just
-  before.
+  before, when that period had any activity (a turn or a request) and the
+  figure a value there.
+- Volume: per day, or per week for a period longer than a month, only those
+  with a turn (chat/support/volume.py).
 - Time to first delta: from the visitor's message being stored to the first
   text or tool call of the turn's first model call.
 - Unanswered questions: help-center searches that found no article above
@@ -45,6 +48,7 @@ from django.db.models import Count, Max, OuterRef, Q, Subquery
 from base.admin import MAX_YEAR, MIN_YEAR
 from billing import days
 from chat.models import Conversation, Feedback, Generation, Handoff, Message, Search, Turn
+from chat.support import volume
 from helpcenter import search
 
 PERIODS = (7, 30, 90)  # the pages' presets, in days
@@ -133,11 +137,16 @@ def figures(period: Period) -> dict[str, Any]:
     return {
         **now,
         "previous": before,
+        # A period before with nothing in it (a new help center) is no comparison.
+        "compared": bool(before["turns"] or before["handoffs"]),
         "changes": {key: _change(now[key], before[key]) for key in COMPARED},
         "handoffs_by_source": [(s, by_source.get(s, 0)) for s in Handoff.Source],
         "handoffs_by_status": [(s, by_status.get(s, 0)) for s in Handoff.Status],
         "statuses": [(s, statuses.get(s, 0), _share(statuses.get(s, 0), now["turns"])) for s in Turn.Status],
-        "volume": _volume(period, turns),
+        "volume": volume.rows(
+            period.first, period.last, turns.values_list("started_at", "conversation_id")[:MAX_ROWS], days.zone()
+        ),
+        "volume_by_week": volume.by_week(period.first, period.last),
         "unanswered": unanswered(period, limit=TOP_UNANSWERED),
     }
 
@@ -223,27 +232,6 @@ def _change(now: float | None, before: float | None) -> float | None:
     if now is None or not before:
         return None
     return (now - before) / before
-
-
-def _volume(period: Period, turns) -> list[dict[str, Any]]:
-    """Conversations and turns per day of the period, with each day's share of
-    the busiest day (for a bar)."""
-    by_day: dict[date, dict[str, Any]] = {}
-    tz = days.zone()
-    for started, conversation in turns.values_list("started_at", "conversation_id")[:MAX_ROWS]:
-        day = started.astimezone(tz).date()
-        entry = by_day.setdefault(day, {"turns": 0, "conversations": set()})
-        entry["turns"] += 1
-        entry["conversations"].add(conversation)
-    rows = []
-    for offset in range(period.days):
-        day = period.first + timedelta(days=offset)
-        entry = by_day.get(day, {"turns": 0, "conversations": set()})
-        rows.append({"day": day, "turns": entry["turns"], "conversations": len(entry["conversations"])})
-    busiest = max((row["turns"] for row in rows), default=0)
-    for row in rows:
-        row["bar"] = round(100 * row["turns"] / busiest) if busiest else 0
-    return rows
 
 
 def _share(part: int, whole: int) -> float | None:
