@@ -25,6 +25,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.utils import translation
 from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 
 from chat import errors
 from chat.engine import (
@@ -261,6 +262,10 @@ class ChatConsumer(AsyncWebsocketConsumer):
         parsed = await self._parsed(client_frames.handoff, frame)
         if parsed is None:
             return
+        if visitor.preview:
+            # Staff trying a draft of the assistant: Support's queue is for visitors.
+            await self._error(Code.UNAVAILABLE, _("Not in a preview: a visitor's request goes to Support's queue."))
+            return
         try:
             self.conversation_id, handoff = await handoffs.request_by_visitor(
                 visitor, self.conversation_id, parsed["reason"], parsed["email"]
@@ -386,7 +391,7 @@ class ChatConsumer(AsyncWebsocketConsumer):
         task = await hub.current().stop(self, self.joined)
         if task is None or task.done():
             return
-        done, _ = await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
+        done, _pending = await asyncio.wait({task}, timeout=CANCEL_WAIT_SECONDS)
         if not done:
             logger.error("turn task did not end within %ss of its cancellation", CANCEL_WAIT_SECONDS)
 

@@ -43,6 +43,8 @@ class TurnContext:
     language: str = ""
     # For the actions: who they act for, how to ask them, what was called.
     actions: runner.Caller | None = None
+    # Staff previewing a draft of the assistant: nothing reaches Support's queue.
+    preview: bool = False
 
 
 @dataclass
@@ -102,6 +104,12 @@ def _turn_tool(name: str, description: str, parameters: dict[str, Any], act: Cal
     return TurnTool(name, description, parameters, functools.partial(act, None), act)
 
 
+PREVIEW_HANDOFF = (
+    "This is the support team's preview of the assistant, not a visitor: no request was made. Answer as you would "
+    "after a request: tell them a person will get back to them."
+)
+
+
 def with_advice(result: dict[str, Any]) -> dict[str, Any]:
     """A help-center search's result as the model reads it: when nothing
     answers, what to tell the visitor, and that a person can help."""
@@ -130,6 +138,8 @@ async def _request_human(turn: TurnContext | None, reason: str = "") -> dict[str
         raise ValueError("reason must be a string")
     if turn is None:
         raise LookupError("request_human hands a turn's conversation over: it runs in a turn")
+    if turn.preview:
+        return {"requested": False, "preview": True, "note": PREVIEW_HANDOFF}
     handoff = await handoffs.request_for_turn(turn.turn_id, reason)
     return {
         "requested": True,

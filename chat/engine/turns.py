@@ -196,7 +196,7 @@ async def run_turn(
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("a turn runs in a task of its own")
-    context = TurnContext(broadcast.turn_id, language, actions)
+    context = TurnContext(broadcast.turn_id, language, actions, preview=record.preview)
     turn = _RoundLoopSink(broadcast, record, context, offers or [])
     outcome = Outcome(Status.FAILED, Code.SERVER_ERROR)
     checkpointer.live[task] = turn

@@ -43,7 +43,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.apps import apps
-from django.db.models import Count, Max, OuterRef, Q, Subquery
+from django.db.models import Count, Max, OuterRef, Q, QuerySet, Subquery
 
 from base.admin import MAX_YEAR, MIN_YEAR
 from billing import days
@@ -125,11 +125,16 @@ def _day(value: str) -> date:
     return day
 
 
+def visitors_turns() -> QuerySet[Turn]:
+    """Visitors' turns: never staff's previews of the assistant (chat/assistant/)."""
+    return Turn.objects.filter(conversation__preview=False)
+
+
 def figures(period: Period) -> dict[str, Any]:
     """The support report's figures for the period, each headline figure
     beside its value in the period of the same length just before."""
     now, before = _headline(period), _headline(period.previous)
-    turns = Turn.objects.filter(started_at__gte=period.start, started_at__lt=period.end)
+    turns = visitors_turns().filter(started_at__gte=period.start, started_at__lt=period.end)
     statuses = dict(turns.order_by().values_list("status").annotate(n=Count("id")))
     handoffs = Handoff.objects.filter(created_at__gte=period.start, created_at__lt=period.end)
     by_source = dict(handoffs.order_by().values_list("source").annotate(n=Count("id")))
@@ -166,7 +171,7 @@ COMPARED = (
 
 
 def _headline(period: Period) -> dict[str, Any]:
-    turns = Turn.objects.filter(started_at__gte=period.start, started_at__lt=period.end)
+    turns = visitors_turns().filter(started_at__gte=period.start, started_at__lt=period.end)
     turn_count = turns.count()
     ratings = dict(Feedback.objects.filter(turn__in=turns).order_by().values_list("rating").annotate(n=Count("id")))
     up, down = ratings.get(Feedback.Rating.UP, 0), ratings.get(Feedback.Rating.DOWN, 0)
@@ -345,7 +350,10 @@ def unanswered_in(period: Period, limit: int = 50) -> Unanswered:
             add(terms, "searches", question or query, when, (conversation, public_id), query)
 
     rated_down = Feedback.objects.filter(
-        rating=Feedback.Rating.DOWN, updated_at__gte=window["gte"], updated_at__lt=window["lt"]
+        rating=Feedback.Rating.DOWN,
+        updated_at__gte=window["gte"],
+        updated_at__lt=window["lt"],
+        turn__conversation__preview=False,
     ).order_by("-updated_at")  # the latest comment first
     fields = ("turn_id", "turn__user_text", "updated_at", "turn__conversation_id", "turn__conversation__public_id")
     down = list(rated_down.values_list(*fields, "comment")[:MAX_ROWS])

@@ -222,3 +222,37 @@ def test_support_sees_a_preview_conversation_marked(client, django_user_model):
     assert page.count('<span class="kk-flag">preview</span>') == 1
     only = client.get("/admin/chat/conversation/?preview__exact=0").content.decode()
     assert "question False" in only and "question True" not in only
+
+
+async def test_a_preview_reaches_nothing_of_supports_queue(use_provider, django_user_model):
+    from chat.models import Handoff
+
+    key = await staff_session(django_user_model)
+    staff = await ChatClient.connect(key, path=PREVIEW)
+    use_provider.queue(tool_round([("c1", "request_human", {"reason": "wants a person"})]), answer("Someone will."))
+    turn_id = await staff.ask("a person please")
+    ended = await staff.finish(turn_id)
+    assert ended["status"] == "completed" and "handoff" not in ended
+    await staff.send({"type": "handoff", "reason": "me too"})
+    assert (await staff.receive_until("error"))["code"] == "unavailable"
+    assert await database_sync_to_async(Handoff.objects.count)() == 0
+    await staff.close()
+
+
+@pytest.mark.django_db
+def test_previews_are_left_out_of_the_support_report():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from chat.models import Feedback, Turn
+    from chat.support import reports
+
+    for flag in (False, True):
+        conversation = Conversation.objects.create(visitor_hash=f"v{flag}", preview=flag)
+        turn = Turn.objects.create(conversation=conversation, user_text="q", model="m", status="completed")
+        Feedback.objects.create(turn=turn, rating="down")
+    today = timezone.localdate()
+    period = reports.Period(today - timedelta(days=6), today)
+    figures = reports.figures(period)
+    assert (figures["turns"], figures["conversations"], figures["rated_down"]) == (1, 1, 1)
