@@ -1,6 +1,11 @@
+from urllib.parse import urlsplit
+
 from django.conf import settings
+from django.http import JsonResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import patch_cache_control, patch_vary_headers
 from django.views.decorators.clickjacking import xframe_options_exempt
+from django.views.decorators.http import require_GET
 
 from base.pages import private, with_policy
 from chat.assistant import versions
@@ -28,7 +33,8 @@ def index(request):
         session.mint()
         visitor = access.visitor_for_session(session)
     page = history.history_of(access.conversation_of(visitor))
-    context = {"history": page, "face": face_for(request)}
+    # The language switch names each language in itself (settings.LANGUAGES, untranslated).
+    context = {"history": page, "face": face_for(request), "languages": settings.LANGUAGES}
     return private(with_policy(request, render(request, "chat/index.html", context)))
 
 
@@ -60,6 +66,28 @@ def embed_page(request):
     }
     response = render(request, "chat/embed.html", context)
     return private(with_policy(request, response, ancestors=embed.frame_ancestors()))
+
+
+@require_GET
+def embed_allowed(request):
+    """Whether the asking page's origin may show the widget's frame
+    (static/chat/widget.js asks before making it): {"allowed": true|false},
+    frame-ancestors' answer for /embed/, which a refused frame cannot tell
+    its page. The origin is the browser's (Origin); a same-origin request
+    has none, and the script names it in the query.
+
+    Anyone may read it (CORS *, no cookie read or set): it says no more
+    than /embed/'s own Content-Security-Policy header. A refusal is logged,
+    once per origin (chat/visitors/embed.py)."""
+    origin = request.headers.get("Origin") or request.GET.get("origin", "")
+    site = urlsplit(settings.KOOKEE_SITE_URL)  # 'self' is this origin, as reached or as named
+    own = [f"{request.scheme}://{request.get_host()}", f"{site.scheme}://{site.netloc}"]
+    response = JsonResponse({"allowed": embed.may_frame(origin, own)})
+    response["Access-Control-Allow-Origin"] = "*"
+    patch_vary_headers(response, ["Origin"])
+    # A changed KOOKEE_EMBED_ORIGINS is seen within the minute.
+    patch_cache_control(response, max_age=60)
+    return response
 
 
 def continue_conversation(request, token):

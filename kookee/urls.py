@@ -21,6 +21,10 @@ handler403 = forbidden.permission_denied
 urlpatterns = [
     path("", views.index, name="index"),
     path("embed/", views.embed_page, name="embed"),
+    # Whether a page's origin may show the widget (static/chat/widget.js asks first).
+    path("embed/allowed", views.embed_allowed, name="embed-allowed"),
+    # The chat page's language switch (Django's set_language).
+    path("i18n/", include("django.conf.urls.i18n")),
     # The chat's own strings in the visitor's language (static/chat/*.js).
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["chat"]), name="javascript-catalog"),
     path("help/", include("helpcenter.urls")),

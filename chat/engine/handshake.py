@@ -68,8 +68,15 @@ def _source_page(scope: Mapping[str, Any]) -> str:
 
 
 def language(scope: Mapping[str, Any]) -> str:
-    """The visitor's language, from their browser's Accept-Language, as
-    Django's LocaleMiddleware chooses for the page."""
+    """The visitor's language, as Django's LocaleMiddleware chooses it for
+    the page: the one they chose on the chat page (its cookie), else their
+    browser's Accept-Language."""
+    chosen = (scope.get("cookies") or {}).get(settings.LANGUAGE_COOKIE_NAME)
+    if chosen:
+        try:
+            return translation.get_supported_language_variant(chosen)
+        except LookupError:
+            pass
     header = dict(scope.get("headers", [])).get(b"accept-language", b"").decode("latin-1")
     for code, _quality in parse_accept_lang_header(header):
         if code == "*":

@@ -106,7 +106,7 @@ def _turn_tool(name: str, description: str, parameters: dict[str, Any], act: Cal
 
 PREVIEW_HANDOFF = (
     "This is the support team's preview of the assistant, not a visitor: no request was made. Answer as you would "
-    "after a request: tell them a person will get back to them."
+    "after a request: tell them a person will reply here, in this chat."
 )
 
 
@@ -145,8 +145,9 @@ async def _request_human(turn: TurnContext | None, reason: str = "") -> dict[str
         "requested": True,
         **handoff,
         "note": (
-            "The support team has the request and the conversation. Tell the visitor that a person will get "
-            "back to them, and that they can leave an email address in the form shown under your answer."
+            "The support team has the request and the conversation. Tell the visitor that a person will reply "
+            "here, in this chat, and that with an email address (the form under your answer) they also get the "
+            "reply by email should they have left."
         ),
     }
 

@@ -11,7 +11,11 @@ WebSocket handshake instead of a cookie.
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
+from collections import OrderedDict
+from collections.abc import Iterable
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -20,6 +24,8 @@ from django.core import signing
 from django.http.request import validate_host
 
 from chat.visitors import origins
+
+logger = logging.getLogger("kookee.embed")
 
 # Widget visitors' keys are hashed into Conversation.visitor_hash like
 # session keys, which are 32 lowercase letters and digits and so never start
@@ -55,6 +61,57 @@ def is_fresh(token: str) -> bool:
 def frame_ancestors() -> str:
     """Who may frame the widget: ourselves and KOOKEE_EMBED_ORIGINS."""
     return " ".join(["'self'", *settings.KOOKEE_EMBED_ORIGINS])
+
+
+class Remembered:
+    """The last `size` values seen, oldest forgotten first: a bounded set."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first_time(self, value: str) -> bool:
+        """Whether the value is not among the last `size` seen; it is now."""
+        with self._lock:
+            if value in self._seen:
+                self._seen.move_to_end(value)
+                return False
+            self._seen[value] = None
+            if len(self._seen) > self.size:
+                self._seen.popitem(last=False)
+            return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
+# The origins this process refused to frame the widget for, logged once each.
+REFUSED_ORIGINS_KEPT = 256
+refused_origins = Remembered(REFUSED_ORIGINS_KEPT)
+LOGGED_ORIGIN_CHARS = 200
+
+
+def may_frame(origin: str, own: Iterable[str]) -> bool:
+    """Whether a page of this origin may show the widget's frame: the answer
+    frame-ancestors gives (this site's own origins, `own`, or one of
+    KOOKEE_EMBED_ORIGINS). The widget's script asks first (/embed/allowed),
+    since a refused frame says nothing to the page, only to its console.
+
+    Each origin refused is logged once per process (the last
+    REFUSED_ORIGINS_KEPT of them are remembered): the operator sees which
+    site tried, and nobody can fill the log by asking again."""
+    parsed = origins.parse(origin)
+    if parsed is not None and (parsed in {origins.parse(o) for o in own} or origins.may_embed(parsed)):
+        return True
+    origin = origin[:LOGGED_ORIGIN_CHARS]
+    if origin and refused_origins.first_time(origin):
+        logger.warning(
+            "a page on %r tried to show the chat widget and may not: add its origin to KOOKEE_EMBED_ORIGINS "
+            "if it is a site of yours",
+            origin,
+        )
+    return False
 
 
 SOURCE_PAGE_CHARS = 500

@@ -793,7 +793,7 @@ function showEarlier(page) {
 // --- talk to a person ---------------------------------------------------------------------
 
 // The request for a person, once received: said under the conversation
-// until Support closes it, with a form for an email to reply to.
+// until Support closes it, with a form for an address the reply may also go to.
 function showHandoff(state) {
   handoff = state && state.status !== "closed" ? state : null;
   handoffNotice.hidden = !handoff;
@@ -803,10 +803,12 @@ function showHandoff(state) {
   input.placeholder = agent ? interpolate(gettext("Write to %s…"), [agent.replace(/\p{Cf}/gu, "")]) : ASK_PLACEHOLDER;
   follow();
   if (!handoff) return;
+  // A person answers here, in this chat; an address left gets the reply by
+  // email too, if no tab has shown it for a while (chat/support/replies.py).
   if (agent) withName(handoffText, gettext("%s from our support team is answering your messages."), agent);
-  else if (handoff.status === "claimed") handoffText.textContent = gettext("A person from our support team has your request and will get back to you.");
-  else if (handoff.email) handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will reply by email.");
-  else handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will get back to you.");
+  else if (handoff.status === "claimed") handoffText.textContent = gettext("A person from our support team has your request and will reply here, in this chat.");
+  else if (handoff.email) handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will reply here, in this chat, and by email if you are not here to read it.");
+  else handoffText.textContent = gettext("Your request for a person was received. Someone from our support team will reply here, in this chat.");
   handoffEmail.hidden = Boolean(handoff.email);
 }
 
@@ -860,13 +862,30 @@ function placeAt(at) {
 }
 
 // A line in the log that is neither side's message: who answers now.
-function showEvent(text) {
+function showEvent(text, before = null) {
   empty.remove();
   const line = document.createElement("p");
   line.className = "chat__event";
   line.textContent = text;
-  log.append(line);
+  log.insertBefore(line, before);
   follow();
+  return line;
+}
+
+// "Sam joined the conversation": live when Support claims the request, and
+// again from every history (a reload, a reconnect), once per request and
+// person. From a history it goes where the claim was: after the latest turn
+// (while a person has the conversation, no turn starts) and before what was
+// written to them since (placed by time, after it).
+function showJoined(state, live = false) {
+  if (state?.status !== "claimed" || !state.agent) return;
+  const key = `${state.handoff_id} ${state.agent}`;
+  if ([...log.querySelectorAll(".chat__event")].some((line) => line.dataset.joined === key)) return;
+  const latest = [...log.querySelectorAll(".message--assistant")].pop();
+  const before = live ? null : latest ? latest.nextSibling : log.querySelector(".message");
+  const line = showEvent("", before);
+  line.dataset.joined = key;
+  withName(line, gettext("%s from our support team joined the conversation."), state.agent);
 }
 
 personButton.addEventListener("click", () => {
@@ -1053,7 +1072,7 @@ const handlers = {
     const was = handoff;
     const state = frame.handoff;
     if (state.status === "claimed" && state.agent && was?.agent !== state.agent) {
-      showEvent(interpolate(gettext("%s from our support team joined the conversation."), [state.agent]));
+      showJoined(state, true);
     } else if (state.status === "closed" && was) {
       showEvent(gettext("Support closed the conversation. The assistant answers again."));
     }
@@ -1140,6 +1159,7 @@ function reconcile(page, again = false) {
     setConnection(gettext("Your last message was not sent. Please send it again."), "open");
   }
   for (const message of page.messages || []) showMessage(message);
+  showJoined(page.handoff);
   if (stillStreaming) scheduleRecheck();
   if (!oldest) {
     following = true; // a first look starts at the latest

@@ -29,8 +29,18 @@
   // English string (locale/; tests/test_translations.py keeps them equal).
   const gettext_noop = (text) => text;
   const WORDS = {
-    en: { label: gettext_noop("Help"), title: gettext_noop("Kookee help chat") },
-    "pt-br": { label: "Ajuda", title: "Chat de ajuda da Kookee" },
+    en: {
+      label: gettext_noop("Help"),
+      title: gettext_noop("Kookee help chat"),
+      unavailable: gettext_noop("The help chat is not available on this site."),
+      owner: gettext_noop("Site owner: add this site's address to KOOKEE_EMBED_ORIGINS on your Kookee server."),
+    },
+    "pt-br": {
+      label: "Ajuda",
+      title: "Chat de ajuda da Kookee",
+      unavailable: "O chat de ajuda não está disponível neste site.",
+      owner: "Dono do site: adicione o endereço deste site a KOOKEE_EMBED_ORIGINS no seu servidor Kookee.",
+    },
   };
   const preferred = (navigator.languages || [navigator.language || "en"]).map((tag) => tag.toLowerCase());
   const words = WORDS[preferred.map((tag) => (tag.startsWith("pt") ? "pt-br" : tag.split("-")[0])).find((tag) => tag in WORDS) || "en"];
@@ -50,16 +60,26 @@
     .panel { position: fixed; right: 20px; bottom: 88px; z-index: 2147483647; width: 380px; height: min(620px, calc(100vh - 110px));
       border-radius: 14px; overflow: hidden; box-shadow: 0 12px 40px rgba(16, 24, 40, .3); background: #fff; }
     .panel[hidden] { display: none; }
+    .panel--notice { height: auto; padding: 18px 20px; font: 15px/1.45 system-ui, sans-serif; color: #1d2433; }
+    .notice p { margin: 0; }
+    .notice p + p { margin-top: 8px; font-size: 13px; color: #505a6e; }
+    .notice:focus-visible { outline: 3px solid #1a5fd6; outline-offset: 4px; }
     iframe { border: 0; width: 100%; height: 100%; display: block; }
     @media (max-width: 480px) {
       .panel { inset: 0; width: auto; height: auto; border-radius: 0; }
       .panel:not([hidden]) + .bubble { display: none; }
+      /* A notice has no close button of its own: it stays above the bubble, which closes it. */
+      .panel--notice { inset: auto 12px 88px; border-radius: 14px; }
+      .panel--notice:not([hidden]) + .bubble { display: flex; }
     }`;
 
   const panel = document.createElement("div");
   panel.className = "panel";
   panel.id = "kookee-panel";
   panel.hidden = true;
+  // A landmark of the host page of its own, whichever it holds: the chat's frame, or a notice.
+  panel.setAttribute("role", "region");
+  panel.setAttribute("aria-label", words.title);
 
   const bubble = document.createElement("button");
   bubble.type = "button";
@@ -142,6 +162,54 @@
     frame.contentWindow.postMessage({ type: "kookee:sign-out" }, origin);
   }
 
+  // Whether this page's origin may show the chat, as the server's
+  // frame-ancestors decides (/embed/allowed): asked once, on the first open.
+  // A frame refused by it shows a grey error page, and only the console says
+  // why; so a refused site gets a notice instead, and its console the hint.
+  // Unsure (an error, an older server without the question), the frame goes
+  // ahead: frame-ancestors still has the last word.
+  let allowed = null;
+  async function mayFrame() {
+    try {
+      const url = `${origin}/embed/allowed?origin=${encodeURIComponent(location.origin)}`;
+      const response = await fetch(url, { credentials: "omit" });
+      return !response.ok || (await response.json()).allowed !== false;
+    } catch {
+      return true;
+    }
+  }
+
+  let notice = null;
+  function showRefused() {
+    if (!notice) {
+      console.warn(
+        `Kookee chat: this page's origin (${location.origin}) may not show the chat, which ${origin} serves. ` +
+          `Add ${location.origin} to KOOKEE_EMBED_ORIGINS in that server's settings, then restart it.`,
+      );
+      notice = document.createElement("div");
+      notice.className = "notice";
+      notice.tabIndex = -1;
+      const [said, hint] = [words.unavailable, words.owner].map((line) => {
+        const p = document.createElement("p");
+        p.textContent = line;
+        return p;
+      });
+      notice.append(said, hint);
+      panel.classList.add("panel--notice");
+      panel.append(notice);
+    }
+    panel.hidden = false;
+    bubble.setAttribute("aria-expanded", "true");
+    notice.focus();
+  }
+
+  async function toggle() {
+    if (!panel.hidden) return setOpen(false);
+    allowed ??= mayFrame();
+    if (await allowed) setOpen(true);
+    else showRefused();
+  }
+
   let frame = null;
   function setOpen(open) {
     if (open && !frame) {
@@ -174,7 +242,7 @@
     if (open) frame.focus();
     else bubble.focus();
   }
-  bubble.addEventListener("click", () => setOpen(panel.hidden));
+  bubble.addEventListener("click", toggle);
   window.addEventListener("message", (event) => {
     if (event.origin !== origin || event.source !== frame?.contentWindow) return;
     if (event.data?.type === "kookee:close") setOpen(false);

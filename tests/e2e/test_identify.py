@@ -235,9 +235,11 @@ def test_only_the_frames_parent_may_identify_the_visitor(kookee, sites, page):
 
 
 def test_a_site_not_allowed_is_not_heard_even_if_it_frames_the_chat(kookee, sites, browser):
-    """frame-ancestors keeps a site not listed from framing the chat at all;
-    were that header lost on the way (here: stripped), the frame still
-    checks its parent's origin against the list the server gave it."""
+    """frame-ancestors keeps a site not listed from framing the chat at all
+    (and the widget's script, told so by /embed/allowed, does not try);
+    were that header lost on the way (here: stripped, and the script told
+    yes), the frame still checks its parent's origin against the list the
+    server gave it."""
     # A response made up by the test is "public" to Chromium: its socket to
     # localhost needs the local network permission a real one has anyway.
     context = browser.new_context(permissions=["local-network-access"])
@@ -252,6 +254,10 @@ def test_a_site_not_allowed_is_not_heard_even_if_it_frames_the_chat(kookee, site
             route.fulfill(response=response, headers=headers)
 
         page.route(f"{kookee.url}/embed/", without_policy)
+        page.route(
+            f"{kookee.url}/embed/allowed?*",
+            lambda route: route.fulfill(json={"allowed": True}, headers={"Access-Control-Allow-Origin": "*"}),
+        )
         page.goto(sites[2] + serve("/not-allowed", WIDGET.format(kookee=kookee.url)))
         chat = open_widget(page)  # framed, despite the list
         page.evaluate("token => KookeeChat.identify(token)", token_for("user-3", "Eve"))

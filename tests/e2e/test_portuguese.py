@@ -50,7 +50,7 @@ def test_the_servers_messages_are_portuguese_too(offline_app, portuguese):
     page.get_by_role("button", name="Falar com uma pessoa").click()
     dialog = page.get_by_role("dialog", name="Falar com uma pessoa")
     page.evaluate("document.getElementById('ask-person-form').noValidate = true")
-    dialog.get_by_label("Seu e-mail, para que possam responder (opcional)").fill("errado@")
+    dialog.locator("#ask-person-email").fill("errado@")
     dialog.get_by_role("button", name="Chamar uma pessoa").click()
     expect(dialog.locator("#ask-person-error")).to_have_text("Esse endereço de e-mail não é válido.")
 
@@ -64,3 +64,12 @@ def test_the_widget_bubble_speaks_portuguese(kookee, customer_sites, portuguese)
     # Connected (the server has answered its history) before the test ends.
     expect(frame.get_by_role("button", name="Falar com uma pessoa")).to_be_enabled()
     expect(frame.get_by_role("button", name="Enviar sua pergunta")).to_be_enabled()
+
+
+def test_the_widget_says_in_portuguese_that_it_may_not_show_here(kookee, customer_sites, portuguese):  # noqa: F811
+    page = portuguese
+    page.goto(customer_sites[1])  # not allowed to embed it
+    page.get_by_role("button", name="Ajuda", exact=True).click()
+    notice = page.locator("#kookee-chat .notice")
+    expect(notice).to_contain_text("O chat de ajuda não está disponível neste site.")
+    expect(notice).to_contain_text("KOOKEE_EMBED_ORIGINS")

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import OFFLINE, App
@@ -116,15 +117,54 @@ def test_the_widget_keeps_each_visitor_apart(kookee, customer_sites, browser):
             c.close()
 
 
-def test_a_site_not_allowed_cannot_frame_the_chat(kookee, customer_sites, page):
+def test_a_site_not_allowed_shows_a_notice_not_a_broken_frame(kookee, customer_sites, page):
+    warnings = []
+    page.on("console", lambda message: warnings.append(message.text) if message.type == "warning" else None)
     page.goto(customer_sites[1])
-    page.get_by_role("button", name="Help", exact=True).click()
-    frame = page.locator("iframe[title='Kookee help chat']")
-    expect(frame).to_be_visible()
+    bubble = page.get_by_role("button", name="Help", exact=True)
+    bubble.click()
+
+    # No grey frame: the panel says so, in words a visitor and the site's owner can read.
+    notice = page.locator("#kookee-chat .notice")  # in the shadow root
+    expect(notice).to_be_visible()
+    expect(notice).to_contain_text("The help chat is not available on this site.")
+    expect(notice).to_contain_text("KOOKEE_EMBED_ORIGINS")
+    expect(notice).to_be_focused()
+    expect(bubble).to_have_attribute("aria-expanded", "true")
+    assert page.locator("iframe").count() == 0
+    box = notice.bounding_box()
+    assert box["height"] < 300  # a notice, not a frame's height of blank panel
+    # The console has the precise hint: which origin, and where to allow it.
+    assert any(customer_sites[1] in w and "KOOKEE_EMBED_ORIGINS" in w for w in warnings), warnings
+    results = Axe().run(page, context="#kookee-chat")  # the widget: the host page is the customer's
+    # (Its report cannot print a node in a shadow root: the violations as they are.)
+    violations = [(v["id"], [n["target"] for n in v["nodes"]]) for v in results.response["violations"]]
+    assert results.violations_count == 0, violations
+
+    # The bubble closes and opens it as it does the chat.
+    bubble.click()
+    expect(notice).to_be_hidden()
+    expect(bubble).to_have_attribute("aria-expanded", "false")
+    bubble.click()
+    expect(notice).to_be_visible()
+    assert page.locator("iframe").count() == 0
+    # On a phone too: the notice does not cover the bubble, which still closes it.
+    page.set_viewport_size({"width": 375, "height": 667})
+    expect(bubble).to_be_visible()
+    assert notice.bounding_box()["y"] + notice.bounding_box()["height"] <= bubble.bounding_box()["y"]
+    bubble.click()
+    expect(notice).to_be_hidden()
+
+    # Framed anyway, the chat is still refused (frame-ancestors).
+    page.evaluate(
+        "src => { const f = document.createElement('iframe'); f.title = 'forced'; f.src = src;"
+        " document.body.append(f); }",
+        f"{kookee.url}/embed/",
+    )
     page.wait_for_timeout(1000)
     [embedded] = [f for f in page.frames if f != page.main_frame]
     assert embedded.url.startswith("chrome-error://")  # refused by frame-ancestors
-    assert page.frame_locator("iframe[title='Kookee help chat']").locator("#text").count() == 0
+    assert page.frame_locator("iframe[title='forced']").locator("#text").count() == 0
 
 
 def test_an_answer_is_rated_in_the_widget(kookee, customer_sites, page):

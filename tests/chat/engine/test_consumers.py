@@ -691,3 +691,12 @@ async def test_a_failed_turn_is_explained_to_each_tab_in_its_own_language(use_pr
     assert in_english["message"] == "The assistant could not take this request. Please try again later."
     assert in_portuguese["message"] != in_english["message"]
     assert "tente novamente" in in_portuguese["message"].lower()
+
+
+async def test_the_language_chosen_on_the_page_wins_over_the_browsers(db):
+    from chat.engine import handshake
+
+    scope = {"headers": [(b"accept-language", b"en-US,en")], "cookies": {"django_language": "pt-br"}}
+    assert handshake.language(scope) == "pt-br"
+    assert handshake.language({**scope, "cookies": {"django_language": "xx"}}) == "en"
+    assert handshake.language({"headers": [(b"accept-language", b"pt-BR")]}) == "pt-br"
