@@ -49,6 +49,9 @@ class Caller:
     own_hosts: frozenset[tuple[str, int | None]] = frozenset()
     calls: list[CallRecord] = field(default_factory=list)
     counted: bool = True  # in /metrics: a visitor's call, not staff's test
+    # The credentials, read already: the admin's Test page, a sync view,
+    # reads them on its own thread and connection. None: read them here.
+    credentials: dict[str, tuple[Any, str]] | None = None
 
 
 @dataclass
@@ -86,7 +89,9 @@ async def _call(offer: Offer, caller: Caller, arguments: dict[str, Any], result:
         request.check(operation, arguments)
         filled = request.identity(operation, caller.person)
         names = {name for alternative in operation.security for name in alternative}
-        credentials = await database_sync_to_async(catalog.credentials)(names) if names else {}
+        credentials = caller.credentials
+        if credentials is None:
+            credentials = await database_sync_to_async(catalog.credentials)(names) if names else {}
         result.request = prepared = request.build(operation, arguments, filled, credentials)
     except (request.BadArguments, request.NeedsIdentity) as refused:
         return _failed(record, "refused", str(refused))

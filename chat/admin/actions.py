@@ -285,7 +285,14 @@ class ActionAdmin(SuperusersOnly, ModelAdmin):
         form = TestForm(request.POST if request.method == "POST" else None, confirm=operation.confirm)
         if form.is_valid():
             arguments = form.cleaned_data["arguments"]
-            caller = runner.Caller(form.person(), None, catalog.own_hosts(request.get_host()), counted=False)
+            names = {name for alternative in operation.security for name in alternative}
+            caller = runner.Caller(
+                form.person(),
+                None,
+                catalog.own_hosts(request.get_host()),
+                counted=False,
+                credentials=catalog.credentials(names),
+            )
             result = async_to_sync(runner.call)(offer, caller, arguments)
             ignored = [param.name for param in operation.params if param.visitor and param.name in arguments]
             context["result"] = self._shown(result)
