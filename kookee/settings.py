@@ -190,6 +190,9 @@ KOOKEE_PROVIDER_FIRST_TOKEN_TIMEOUT = env.float("KOOKEE_PROVIDER_FIRST_TOKEN_TIM
 KOOKEE_PROVIDER_STALL_TIMEOUT = env.float("KOOKEE_PROVIDER_STALL_TIMEOUT", default=30.0)
 KOOKEE_PROVIDER_RETRIES = env.int("KOOKEE_PROVIDER_RETRIES", default=2)
 KOOKEE_PROVIDER_BACKOFF_SECONDS = env.float("KOOKEE_PROVIDER_BACKOFF_SECONDS", default=0.5)
+# Text the model streams within this many ms of the last delta goes to the
+# visitor as one delta frame (chat/engine/coalescer.py); the first never waits. 0: a frame per read.
+KOOKEE_DELTA_WINDOW_MS = env.int("KOOKEE_DELTA_WINDOW_MS", default=50)
 # Model calls per turn; the last allowed round must answer without tools.
 KOOKEE_MAX_ROUNDS = env.int("KOOKEE_MAX_ROUNDS", default=5)
 KOOKEE_MAX_OUTPUT_TOKENS = env.int("KOOKEE_MAX_OUTPUT_TOKENS", default=1024)

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from billing.tokens import Sample
 from chat.engine import provider_errors, sse
 from chat.engine.assembler import ToolCallAssembler, ToolRequest
+from chat.engine.coalescer import Coalescer
 from chat.engine.provider_errors import StreamError, describe
 from chat.engine.usage import (
     Ratios,
@@ -161,6 +162,7 @@ class RoundLoop:
         sink: Sink,
         max_rounds: int,
         ratios: Callable[[], Ratios] = Ratios,
+        window: float = 0.0,
     ) -> None:
         self.open_stream = open_stream
         self.tools = {tool.name: tool for tool in tools}
@@ -173,8 +175,17 @@ class RoundLoop:
         self.rounds: list[Round] = []
         self.text = ""  # everything sent to the visitor
         self._held = ""  # whitespace received after it, not sent yet
+        # Deltas gathered for `window` seconds go as one (coalescer.py).
+        self._coalescer = Coalescer(self._deliver, window) if window > 0 else None
 
     async def run(self, messages: list[dict[str, Any]]) -> Outcome:
+        try:
+            return await self._run(messages)
+        finally:
+            if self._coalescer is not None:
+                self._coalescer.close()  # after a Stop: what was not sent was not seen
+
+    async def _run(self, messages: list[dict[str, Any]]) -> Outcome:
         messages = list(messages)
         for number in range(1, self.max_rounds + 1):
             last = number == self.max_rounds
@@ -318,8 +329,21 @@ class RoundLoop:
         held, self._held = self._held, ""
         if held:
             await self._send(held)
+        await self._drain()
 
     async def _send(self, text: str) -> None:
+        if self._coalescer is None:
+            await self._deliver(text)
+        else:
+            self._coalescer.put(text)
+
+    async def _drain(self) -> None:
+        """Sends the text gathered for the visitor now (before a tool frame,
+        and at the end)."""
+        if self._coalescer is not None:
+            await self._coalescer.drain()
+
+    async def _deliver(self, text: str) -> None:
         # Recorded before sending: a cancellation that lands during the send
         # cannot tell whether it went out, and text handed on counts as seen.
         # A send that fails did not go out.
@@ -331,6 +355,7 @@ class RoundLoop:
             raise
 
     async def _run_tool(self, call: ToolRequest) -> dict[str, Any]:
+        await self._drain()
         await self.sink.tool(call.name, ToolStatus.STARTED)
         try:
             call.result = await self._invoke(call)

@@ -63,6 +63,7 @@ class _RoundLoopSink:
             self,
             settings.KOOKEE_MAX_ROUNDS,
             ratios=lambda: Ratios(*calibration.ratios(self.model)),
+            window=settings.KOOKEE_DELTA_WINDOW_MS / 1000,
         )
 
     async def send(self, frame: frames.TurnFrame) -> None:

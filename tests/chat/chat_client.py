@@ -79,6 +79,14 @@ class ChatClient:
         await check_turn(self.frames, turn_id)
         return ended
 
+    async def receive_text(self, turn_id: int, wanted: str, timeout: float = 10) -> dict[str, Any]:
+        """Reads deltas until the turn shows `wanted`, however many frames
+        carry it (text that streams within a window goes as one delta)."""
+        while True:
+            frame = await self.receive_until("delta", timeout, turn_id=turn_id)
+            if self.text_of(turn_id) == wanted:
+                return frame
+
     def text_of(self, turn_id: int) -> str:
         return "".join(f["text"] for f in self.frames if f["type"] == "delta" and f["turn_id"] == turn_id)
 

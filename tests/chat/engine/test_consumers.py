@@ -18,7 +18,7 @@ from chat.visitors.identity import hash_key
 from helpcenter.models import Article
 from kookee.asgi import application
 from tests.chat.chat_client import HOST, ORIGIN, ChatClient, check_turn, new_session_key
-from tests.provider import HTTPError, WaitFor, answer, finish, text, tool_round, usage
+from tests.provider import HTTPError, Pause, WaitFor, answer, finish, text, tool_round, usage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -216,8 +216,7 @@ async def test_stop_mid_text(chat, use_provider):
     use_provider.queue([text("The first half"), text(" of it"), WaitFor(asyncio.Event()), text(" never")])
     turn_id = await chat.ask("tell me")
     request = await use_provider.wait_for_request(1)
-    await wait_for_delta(chat, turn_id)
-    await wait_for_delta(chat, turn_id)
+    await chat.receive_text(turn_id, "The first half of it")
     await chat.send({"type": "stop"})
     ended = await chat.finish(turn_id)
     assert ended["status"] == "interrupted"
@@ -227,6 +226,32 @@ async def test_stop_mid_text(chat, use_provider):
         "output_tokens": 5,
         "estimated": True,
     }
+    assert await hung_up(request)
+
+
+async def test_deltas_streamed_within_the_window_go_as_fewer_frames(chat, use_provider, settings):
+    settings.KOOKEE_DELTA_WINDOW_MS = 50  # the default, said here: the test is about it
+    words = [f"word{i} " for i in range(30)]
+    use_provider.queue([step for w in words for step in (text(w), Pause(0.005))] + [text("end."), finish("stop")])
+    turn_id = await chat.ask("tell me")
+    await chat.finish(turn_id)  # seq gap-free, stored text = the deltas, one ledger entry
+    deltas = [f for f in chat.frames if f["type"] == "delta" and f["turn_id"] == turn_id]
+    assert chat.text_of(turn_id) == "".join(words) + "end."
+    assert deltas[0]["text"] == "word0", "the first delta goes alone, at once"
+    assert len(deltas) < len(words) / 2, [d["text"] for d in deltas]
+
+
+async def test_stop_within_the_window_stores_what_was_shown(chat, use_provider, settings):
+    settings.KOOKEE_DELTA_WINDOW_MS = 10_000  # what follows the first delta waits for the Stop
+    use_provider.queue([text("Shown"), Pause(0.05), text(" gathered"), WaitFor(asyncio.Event())])
+    turn_id = await chat.ask("tell me")
+    request = await use_provider.wait_for_request(1)
+    await chat.receive_text(turn_id, "Shown")
+    await asyncio.sleep(0.2)  # " gathered" has arrived, and waits for its window
+    await chat.send({"type": "stop"})
+    ended = await chat.finish(turn_id)  # stored text = the deltas sent
+    assert ended["status"] == "interrupted"
+    assert chat.text_of(turn_id) == "Shown"
     assert await hung_up(request)
 
 
