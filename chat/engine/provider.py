@@ -31,6 +31,7 @@ import openai
 from django.conf import settings
 
 from chat.engine import fastjson, provider_errors, sse, transport
+from chat.engine.deadline import Deadline
 from chat.engine.offline_transport import OfflineTransport
 from chat.engine.provider_errors import StreamError
 from chat.ops import metrics
@@ -93,7 +94,7 @@ async def open_stream(
                 response = await _client().post(
                     "/chat/completions", cast_to=httpx2.Response, content=encoded, options=JSON, stream=True
                 )
-            return Stream(response, deadline)
+            return Stream(response, deadline, settings.KOOKEE_DELTA_WINDOW_MS / 1000)
         except TimeoutError:
             raise provider_errors.first_token_timeout() from None
         except openai.APIError as exc:
@@ -124,11 +125,19 @@ class Stream:
     step yields the chunks (decoded JSON) that arrived together, at least
     one; provider faults become StreamErrors. `async with` closes it."""
 
-    def __init__(self, response: httpx2.Response, first_chunk_deadline: float) -> None:
+    def __init__(self, response: httpx2.Response, first_chunk_deadline: float, pace: float = 0.0) -> None:
         self._response = response
-        self._bytes = response.aiter_bytes()
+        # Our transport's connection (transport.py), when the answer comes
+        # through one: once the answer has begun, reads are paced.
+        self._network = transport.connection(response) if pace > 0 else None
+        self._pace = pace
+        # Not encoded (as streams are): the body as it comes, without the
+        # decoding layer's work per chunk.
+        encoded = response.headers.get("content-encoding", "identity").lower() != "identity"
+        self._bytes = response.aiter_bytes() if encoded else response.aiter_raw()
         self._events = sse.EventParser()
         self._deadline: float | None = first_chunk_deadline
+        self._timeout = Deadline()  # the first-token deadline, then the stall timeout
         self._done = False
         self._finished = False  # [DONE] came
         # A fault that came in the same read as good chunks: raised after them.
@@ -149,6 +158,7 @@ class Stream:
         except (TimeoutError, httpx2.HTTPError):
             pass
         finally:
+            self._timeout.close()
             await self._response.aclose()
 
     def __aiter__(self) -> Stream:
@@ -162,16 +172,22 @@ class Stream:
             if chunks:
                 if self._deadline is not None and any(sse.says_something(c) for c in chunks):
                     self._deadline = None  # from here on, the stall timeout applies
+                if self._network is not None and self._deadline is None and not self._finished:
+                    # The visitor gets the text at most once per window
+                    # (coalescer.py): reading more often would only wake
+                    # this task per chunk to gather it. The first text
+                    # was not held back; what follows waits for its window.
+                    self._network.not_before = asyncio.get_running_loop().time() + self._pace
                 return chunks
         raise StopAsyncIteration
 
     async def _read(self) -> bytes:
         first = self._deadline is not None
-        deadline = self._deadline or asyncio.get_running_loop().time() + settings.KOOKEE_PROVIDER_STALL_TIMEOUT
+        timeout = self._timeout
+        timeout.when = self._deadline or asyncio.get_running_loop().time() + settings.KOOKEE_PROVIDER_STALL_TIMEOUT
         try:
-            with provider_errors.reading(first):
-                async with asyncio.timeout_at(deadline):
-                    return await anext(self._bytes)
+            with provider_errors.reading(first), timeout:
+                return await anext(self._bytes)
         except StopAsyncIteration:
             self._done = True
             return b""

@@ -18,13 +18,15 @@ def chunk(event: str) -> Any:
         chunk = fastjson.loads(event)
     except (ValueError, RecursionError) as exc:
         raise provider_errors.not_json(exc) from None
-    if isinstance(chunk, Mapping) and chunk.get("error"):
+    if (type(chunk) is dict or isinstance(chunk, Mapping)) and chunk.get("error"):
         raise provider_errors.error_event(chunk["error"])
     return chunk
 
 
 def field(obj: Any, name: str) -> Any:
     """Reads a field from a parsed chunk part, tolerating absent or null parts."""
+    if type(obj) is dict:  # what the JSON decoder gives: checked first, as the ABC check costs more
+        return obj.get(name)
     if obj is None:
         return None
     if isinstance(obj, Mapping):

@@ -16,6 +16,7 @@ connection pool's; the versions are pinned and a test checks it is used.
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import ssl
 from collections.abc import Iterable
@@ -24,6 +25,8 @@ from typing import Any
 import httpcore2
 import httpx2
 from httpcore2._backends.base import AsyncNetworkBackend, AsyncNetworkStream
+
+from chat.engine.deadline import Deadline
 
 
 class _Protocol(asyncio.Protocol):
@@ -69,13 +72,24 @@ class _Stream(AsyncNetworkStream):
     def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
         self._transport = transport
         self._protocol = protocol
+        # Set by the reader of a streamed answer (provider.py): the next read
+        # waits until then, so that what arrives meanwhile is read at once.
+        self.not_before = 0.0
+        self._timeout = Deadline()  # one timer for the connection's reads
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         protocol = self._protocol
+        if self.not_before:
+            delay = self.not_before - asyncio.get_running_loop().time()
+            self.not_before = 0.0
+            if delay > 0 and not protocol.closed:
+                await asyncio.sleep(delay)
         if not protocol.buffer and not protocol.closed:
-            protocol.reader = asyncio.get_running_loop().create_future()
+            loop = asyncio.get_running_loop()
+            protocol.reader = loop.create_future()
+            self._timeout.when = math.inf if timeout is None else loop.time() + timeout
             try:
-                async with asyncio.timeout(timeout):
+                with self._timeout:
                     await protocol.reader
             except TimeoutError:
                 raise httpcore2.ReadTimeout("timed out reading from the provider") from None
@@ -107,6 +121,7 @@ class _Stream(AsyncNetworkStream):
                 protocol.writer = None
 
     async def aclose(self) -> None:
+        self._timeout.close()
         self._transport.close()
 
     async def start_tls(
@@ -170,6 +185,13 @@ class AsyncioBackend(AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+def connection(response: httpx2.Response) -> _Stream | None:
+    """The connection a response is read from, when it is one of ours
+    (not the offline model's, say): its reads can be paced."""
+    stream = response.extensions.get("network_stream")
+    return stream if isinstance(stream, _Stream) else None
 
 
 def install(client: httpx2.AsyncClient) -> None:

@@ -193,3 +193,173 @@ async def test_a_broken_tail_in_the_same_read_as_the_finish(provider, open_strea
     assert outcome.status == "completed"
     assert sink.text == "All said."
     assert loop.rounds[0].usage.output_tokens == 3
+
+
+# --- the window: deltas that stream within it go as one ---------------------------------------
+
+
+class Events(Sink):
+    """Records every frame the loop sends, deltas and tools, in order."""
+
+    def __init__(self, fail_after=None):
+        super().__init__()
+        self.events = []
+        self.fail_after = fail_after
+
+    async def delta(self, text):
+        if self.fail_after is not None and len(self.deltas) >= self.fail_after:
+            raise ConnectionError("the hub is gone")
+        await super().delta(text)
+        self.events.append(("delta", text))
+
+    async def tool(self, name, status):
+        await super().tool(name, status)
+        self.events.append(("tool", status))
+
+
+def windowed(open_stream, sink, window, tools=()):
+    return RoundLoop(open_stream, list(tools), sink, 5, window=window)
+
+
+async def test_chunks_streamed_within_the_window_go_as_fewer_deltas(provider, open_stream):
+    words = [f"w{i} " for i in range(20)]
+    provider.queue([ROLE, *[step for w in words for step in (text(w), Pause(0.01))], text("end"), finish("stop"), DONE])
+    sink = Events()
+    loop = windowed(open_stream, sink, 0.1)
+    outcome = await loop.run(MESSAGES)
+    assert outcome.status == "completed"
+    assert sink.text == loop.text == loop.rounds[0].content == "".join(words) + "end"
+    # The first goes alone, at once; the rest gather (20 chunks over ~0.2 s
+    # in 0.1 s windows: a handful of deltas, not 20).
+    assert sink.deltas[0] == "w0"
+    assert 2 <= len(sink.deltas) <= 8, sink.deltas
+
+
+async def test_without_a_window_every_read_is_a_delta(provider, open_stream):
+    provider.queue([ROLE, *[step for w in ("a ", "b ", "c") for step in (text(w), Pause(0.02))], finish("stop"), DONE])
+    sink = Events()
+    outcome = await windowed(open_stream, sink, 0).run(MESSAGES)
+    assert outcome.status == "completed"
+    assert sink.deltas == ["a", " b", " c"]
+
+
+async def test_the_window_never_holds_back_the_first_delta(provider, open_stream):
+    release = asyncio.Event()
+    provider.queue([ROLE, text("First"), WaitFor(release), text(" second"), finish("stop"), DONE])
+    sink = Events()
+    task = asyncio.create_task(windowed(open_stream, sink, 30).run(MESSAGES))  # a window far longer than the test
+    try:
+        async with asyncio.timeout(2):
+            await sink.got_text.wait()
+        assert sink.deltas == ["First"]
+    finally:
+        release.set()
+    # The end of the answer does not wait for the window either.
+    outcome = await asyncio.wait_for(task, 5)
+    assert outcome.status == "completed"
+    assert sink.deltas == ["First", " second"]
+
+
+async def test_text_after_a_quiet_spell_goes_at_once(provider, open_stream):
+    release = asyncio.Event()
+    provider.queue([ROLE, text("One."), Pause(0.3), text(" Two."), WaitFor(release), finish("stop"), DONE])
+    sink = Events()
+    task = asyncio.create_task(windowed(open_stream, sink, 0.1).run(MESSAGES))
+    try:
+        async with asyncio.timeout(2):
+            while sink.text != "One. Two.":  # noqa: ASYNC110 - polls what the loop owns; it has no event to wait on
+                await asyncio.sleep(0.01)
+        # Both went out while the stream was still open: the window had ended.
+        assert sink.deltas == ["One.", " Two."]
+    finally:
+        release.set()
+    assert (await asyncio.wait_for(task, 5)).status == "completed"
+
+
+async def test_gathered_text_goes_before_the_tool_frame(provider, open_stream):
+    provider.queue(
+        [
+            ROLE,
+            text("Let "),
+            text("me "),
+            text("check."),
+            tool_fragment(0, "c1", "search_help_center", "{}"),
+            finish("tool_calls"),
+            DONE,
+        ],
+        [ROLE, text("Found "), Pause(0.01), text("it."), finish("stop"), DONE],
+    )
+    sink = Events()
+    loop = windowed(open_stream, sink, 30, [SEARCH])
+    outcome = await asyncio.wait_for(loop.run(MESSAGES), 10)
+    assert outcome.status == "completed"
+    kinds = [kind for kind, _ in sink.events]
+    assert kinds.index("tool") > 0 and kinds[: kinds.index("tool")] == ["delta"] * kinds.index("tool")
+    assert "".join(t for k, t in sink.events[: kinds.index("tool")] if k == "delta") == "Let me check."
+    # The answer's first delta was not held back by the narration's window.
+    assert sink.text == loop.text == "Let me check.\n\nFound it."
+
+
+async def test_a_stop_drops_what_the_window_gathered_and_nothing_seen(provider, open_stream):
+    provider.queue([ROLE, text("Seen"), Pause(0.05), text(" gathered"), WaitFor(asyncio.Event())])
+    sink = Events()
+    loop = windowed(open_stream, sink, 30)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    async with asyncio.timeout(2):
+        await sink.got_text.wait()
+        while loop.rounds[0].content != "Seen gathered":  # noqa: ASYNC110 - as above
+            await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # What the visitor saw is what the loop says was sent (and is stored).
+    assert sink.deltas == ["Seen"]
+    assert loop.text == "Seen"
+    await asyncio.sleep(0.05)
+    assert sink.deltas == ["Seen"], "nothing went out after the Stop"
+
+
+async def test_a_send_that_fails_ends_the_loop_and_is_not_counted_as_seen(provider, open_stream):
+    provider.queue([ROLE, text("One"), Pause(0.05), text(" two"), Pause(0.05), text(" three"), finish("stop"), DONE])
+    sink = Events(fail_after=1)
+    loop = windowed(open_stream, sink, 0.02)
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(loop.run(MESSAGES), 5)
+    assert sink.deltas == ["One"]
+    assert loop.text == "One"
+
+
+# --- the provider's connection, read once per window -----------------------------------------
+
+
+def count_reads(monkeypatch):
+    from chat.engine import transport
+
+    reads = []
+    read = transport._Stream.read
+
+    async def counted(self, max_bytes, timeout=None):
+        data = await read(self, max_bytes, timeout)
+        reads.append(data)
+        return data
+
+    monkeypatch.setattr(transport._Stream, "read", counted)
+    return reads
+
+
+@pytest.mark.parametrize(("window_ms", "fewest", "most"), [(0, 20, 100), (100, 2, 10)])
+async def test_once_the_answer_has_begun_the_provider_is_read_once_per_window(
+    provider, open_stream, settings, monkeypatch, window_ms, fewest, most
+):
+    settings.KOOKEE_DELTA_WINDOW_MS = window_ms
+    reads = count_reads(monkeypatch)
+    words = [f"w{i} " for i in range(20)]
+    provider.queue([ROLE, *[step for w in words for step in (text(w), Pause(0.01))], finish("stop"), DONE])
+    sink = Events()
+    loop = windowed(open_stream, sink, window_ms / 1000)
+    outcome = await asyncio.wait_for(loop.run(MESSAGES), 10)
+    assert outcome.status == "completed"
+    assert sink.text == "".join(words)
+    # The response's head and body: one read per chunk without a window;
+    # with one, the chunks of ~0.2 s come in a few reads.
+    assert fewest <= len([r for r in reads if r]) <= most, len(reads)

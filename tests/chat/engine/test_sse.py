@@ -7,6 +7,7 @@ and last the HTTP connection being kept for the next round of a turn.
 
 import asyncio
 import json
+import zlib
 
 import pytest
 from hypothesis import given, settings
@@ -521,3 +522,39 @@ async def test_a_tail_longer_than_the_drain_closes_the_connection(keep_alive, mo
     assert asyncio.get_running_loop().time() - started < 1.0
     assert len(keep_alive.connections) == 2
     assert keep_alive.requests[0].peer != keep_alive.requests[1].peer
+
+
+async def test_a_gzipped_stream_is_decoded(settings):
+    """A gateway that compresses the stream: its chunks are decoded (a
+    stream that says no encoding is read as it comes, without the decoder)."""
+    events = [text("Paste "), text("the snippet."), finish("stop")]
+
+    async def serve(reader, writer):
+        await _read_request(reader)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+            b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        )
+        compressor = zlib.compressobj(wbits=31)  # gzip
+        for data in [*(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events), b"data: [DONE]\n\n"]:
+            piece = compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        tail = compressor.flush()
+        writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        settings.OPENAI_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        settings.OPENAI_API_KEY = "test-key"
+        settings.OPENAI_MODEL = "gpt-4o-mini"
+        settings.KOOKEE_PROVIDER_RETRIES = 0
+        sink = Sink()
+        outcome = await RoundLoop(provider_module.open_stream, [], sink, 5).run(MESSAGES)
+    finally:
+        server.close()
+    assert outcome.status == "completed"
+    assert sink.text == "Paste the snippet."
