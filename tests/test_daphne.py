@@ -79,9 +79,12 @@ def _stored(database: Path, turn_id: int) -> tuple[str, int, str, int, int]:
     return status, interrupted, assistant_text, generations, entries
 
 
-@pytest.fixture
-def offline_server(tmp_path):
-    with daphne(tmp_path, KOOKEE_OFFLINE_TOKENS_PER_SECOND="60", KOOKEE_OFFLINE_FIRST_TOKEN_MS="50") as server:
+# One server for the module's tests of it (a visitor each: a session of
+# its own from GET /), not one per test: each start and stop took two seconds.
+@pytest.fixture(scope="module")
+def offline_server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("offline")
+    with daphne(folder, KOOKEE_OFFLINE_TOKENS_PER_SECOND="60", KOOKEE_OFFLINE_FIRST_TOKEN_MS="50") as server:
         yield server[:2]
 
 

@@ -8,6 +8,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,20 +40,63 @@ def close_worker_thread_connections():
     yield
 
 
-# Per module, not per session: while Playwright's sync API runs, its event
-# loop is the thread's running loop, and later async tests could not run.
+# Shared by the modules that run one after the other, but never alive while
+# any other test runs: while Playwright's sync API runs, its event loop is
+# the thread's running loop, and an async test could not run. Chromium is
+# closed after the last test of a run of consecutive tests that use it
+# (pytest_runtest_teardown below), not per module: launching it again for
+# each of the two dozen modules cost a second each.
+_shared: dict = {}
+
+
+def _chromium():
+    if "browser" not in _shared:
+        from playwright.sync_api import sync_playwright
+
+        playwright = sync_playwright().start()
+        try:
+            _shared["browser"] = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        except BaseException:
+            playwright.stop()
+            raise
+        _shared["playwright"] = playwright
+    return _shared["browser"]
+
+
+def _close_chromium() -> None:
+    browser = _shared.pop("browser", None)
+    playwright = _shared.pop("playwright", None)
+    try:
+        if browser is not None:
+            browser.close()
+    finally:
+        if playwright is not None:
+            playwright.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the test's own fixtures are torn down: Chromium stays up only
+    if the next test uses it too."""
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or "browser" not in nextitem.fixturenames:
+            _close_chromium()
+
+
 @pytest.fixture(scope="module")
 def browser():
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium package")
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; `make test` does it as root)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    browser = _chromium()
+    yield browser
+    # Contexts a module opened and left are its own to close, as they were
+    # with a browser of its own: the next module starts with none.
+    for context in browser.contexts:
+        context.close()
 
 
 @pytest.fixture
@@ -142,6 +186,16 @@ class App:
     def questions(self, conversation: int) -> list[str]:
         found = self.rows("select user_text from chat_turn where conversation_id = ? order by id", conversation)
         return [text for (text,) in found]
+
+
+def copy_database(source: Path, target: Path) -> None:
+    """A consistent copy of a served app's SQLite database (write-ahead log
+    and all), for a second server to start from the same seeded state
+    instead of seeding it again."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(source)) as original, closing(sqlite3.connect(target)) as copy:
+        original.backup(copy)
+        copy.execute("PRAGMA journal_mode=DELETE")  # one file, as tests/servers.py's template
 
 
 @pytest.fixture(scope="module")

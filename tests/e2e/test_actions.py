@@ -8,12 +8,13 @@ from __future__ import annotations
 import gettext
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import App
+from tests.e2e.conftest import App, copy_database
 from tests.e2e.shop import API_SECRET, ENV, import_shop, running_shop, token_for, tool_result, wait_for
 from tests.provider import answer, tool_round
 from tests.servers import ROOT, daphne, free_port, sites
@@ -65,9 +66,19 @@ def shop():
         yield api
 
 
-def served(tmp_path, provider_thread, shop, site: str, **env: str) -> Iterator[App]:
+@pytest.fixture(scope="module")
+def imported() -> list[Path]:
+    """The first served app's database just after the shop's import: the
+    module's next server starts from a copy of it (importing again took two
+    seconds)."""
+    return []
+
+
+def served(tmp_path, provider_thread, shop, site: str, imported: list[Path], **env: str) -> Iterator[App]:
     """The app on localhost (another site than the customer's), the scripted
     model, the shop's actions imported."""
+    if imported:
+        copy_database(imported[0], tmp_path / "db.sqlite3")
     port = free_port()
     environment = {
         "OPENAI_BASE_URL": provider_thread.url,
@@ -78,13 +89,17 @@ def served(tmp_path, provider_thread, shop, site: str, **env: str) -> Iterator[A
         **env,
     }
     with daphne(tmp_path, port=port, **environment) as (_, database, process):
-        import_shop(database, shop.url)
+        if not imported:
+            import_shop(database, shop.url)
+            snapshot = tmp_path / "imported" / "db.sqlite3"
+            copy_database(database, snapshot)
+            imported.append(snapshot)
         yield App(f"http://localhost:{port}", database, process)
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory, provider_thread, shop, site) -> Iterator[App]:
-    yield from served(tmp_path_factory.mktemp("actions"), provider_thread, shop, site)
+def app(tmp_path_factory, provider_thread, shop, site, imported) -> Iterator[App]:
+    yield from served(tmp_path_factory.mktemp("actions"), provider_thread, shop, site, imported)
 
 
 @pytest.fixture(autouse=True)
@@ -270,9 +285,10 @@ def test_no_accessibility_violations_with_a_card_shown(app, provider, shop, page
 
 
 @pytest.fixture(scope="module")
-def hasty(tmp_path_factory, provider_thread, shop, site) -> Iterator[App]:
+def hasty(tmp_path_factory, provider_thread, shop, site, imported) -> Iterator[App]:
     """The app with a second to answer an action's question."""
-    yield from served(tmp_path_factory.mktemp("hasty"), provider_thread, shop, site, KOOKEE_ACTION_CONFIRM_SECONDS="1")
+    folder = tmp_path_factory.mktemp("hasty")
+    yield from served(folder, provider_thread, shop, site, imported, KOOKEE_ACTION_CONFIRM_SECONDS="1")
 
 
 def test_a_question_left_unanswered_is_over_when_the_action_gives_up(hasty, provider, shop, page):

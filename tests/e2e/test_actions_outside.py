@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import websockets
 
+from tests.e2e.conftest import copy_database
 from tests.e2e.shop import API_SECRET, DOCUMENT, ENV, running_shop, token_for, tool_result
 from tests.provider import answer, tool_round
 from tests.servers import ROOT, daphne
@@ -56,7 +57,16 @@ def manage(database: Path, *args: str, stdin: str = "") -> str:
     return done.stdout
 
 
-def serve(tmp_path: Path, provider_thread, shop, **env: str) -> Iterator[tuple[str, Path]]:
+@pytest.fixture(scope="module")
+def imported() -> list[Path]:
+    """The first server's database just after the commands: the module's
+    next server starts from a copy of it (running them again took three seconds)."""
+    return []
+
+
+def serve(tmp_path: Path, provider_thread, shop, imported: list[Path], **env: str) -> Iterator[tuple[str, Path]]:
+    if imported:
+        copy_database(imported[0], tmp_path / "db.sqlite3")
     environment = {
         "OPENAI_BASE_URL": provider_thread.url,
         "OPENAI_API_KEY": "test-key",
@@ -65,22 +75,26 @@ def serve(tmp_path: Path, provider_thread, shop, **env: str) -> Iterator[tuple[s
         **env,
     }
     with daphne(tmp_path, **environment) as (address, database, _):
-        imported = manage(database, "import_actions", str(DOCUMENT), "--base-url", shop.url)
-        assert "added: cancelOrder" in imported and "shopKey" in imported  # its credential is still to set
-        # printf SECRET | manage.py set_action_secret shopKey
-        assert "Credential shopKey set." in manage(database, "set_action_secret", "shopKey", stdin=API_SECRET)
+        if not imported:
+            said = manage(database, "import_actions", str(DOCUMENT), "--base-url", shop.url)
+            assert "added: cancelOrder" in said and "shopKey" in said  # its credential is still to set
+            # printf SECRET | manage.py set_action_secret shopKey
+            assert "Credential shopKey set." in manage(database, "set_action_secret", "shopKey", stdin=API_SECRET)
+            snapshot = tmp_path / "imported" / "db.sqlite3"
+            copy_database(database, snapshot)
+            imported.append(snapshot)
         yield address, database
 
 
 @pytest.fixture
-def server(tmp_path, provider_thread, shop) -> Iterator[tuple[str, Path]]:
-    yield from serve(tmp_path, provider_thread, shop)
+def server(tmp_path, provider_thread, shop, imported) -> Iterator[tuple[str, Path]]:
+    yield from serve(tmp_path, provider_thread, shop, imported)
 
 
 @pytest.fixture
-def hasty_server(tmp_path, provider_thread, shop) -> Iterator[tuple[str, Path]]:
+def hasty_server(tmp_path, provider_thread, shop, imported) -> Iterator[tuple[str, Path]]:
     """Half a second to answer an action's question."""
-    yield from serve(tmp_path, provider_thread, shop, KOOKEE_ACTION_CONFIRM_SECONDS="0.5")
+    yield from serve(tmp_path, provider_thread, shop, imported, KOOKEE_ACTION_CONFIRM_SECONDS="0.5")
 
 
 def session_cookie(address: str) -> str:

@@ -62,15 +62,32 @@ def laptop_app(seeded) -> Iterator[App]:  # noqa: F811 (fixture)
     return seeded
 
 
+@pytest.fixture(scope="module")
+def sessions() -> dict:
+    """The session cookies of a user signed in, by (locale, username): the
+    admin's login form is filled once per language and user in the module,
+    and the other tests' browsers start with its cookies."""
+    return {}
+
+
 @pytest.fixture
-def laptop(browser):
+def laptop(browser, sessions):
     contexts = []
 
     def open_as(locale: str, username: str = "root", password: str = "kookee-admin"):
         context = browser.new_context(viewport=LAPTOP, locale=locale)
         contexts.append(context)
         page = context.new_page()
-        return page, lambda app: log_in(page, app, username, password)
+
+        def log_in_to(app: App) -> None:
+            key = (app.url, locale, username)
+            if key in sessions:
+                context.add_cookies(sessions[key])
+                return
+            log_in(page, app, username, password)
+            sessions[key] = context.cookies()
+
+        return page, log_in_to
 
     yield open_as
     for context in contexts:

@@ -58,17 +58,30 @@ def app(tmp_path_factory) -> Iterator[App]:
         yield served
 
 
+@pytest.fixture(scope="module")
+def sessions() -> dict:
+    """Sam's session cookies by locale: the admin's login form is filled
+    once per language in the module; the other tests' browsers start with them."""
+    return {}
+
+
 @pytest.fixture
-def laptop(browser):
-    """Support's page at 1,366 x 768 in a language; no script error on it."""
+def laptop(browser, sessions):
+    """Support's page at 1,366 x 768 in a language, Sam signed in; no script error on it."""
     contexts, errors = [], []
 
-    def open_in(locale: str):
+    def open_in(locale: str, app: App):
         context = browser.new_context(viewport=LAPTOP, locale=locale)
         context.set_default_timeout(TIMEOUT_MS)
         contexts.append(context)
         page = context.new_page()
         page.on("pageerror", lambda error: errors.append(error))
+        key = (app.url, locale)
+        if key in sessions:
+            context.add_cookies(sessions[key])
+        else:
+            log_in(page, app, "sam", PASSWORD)
+            sessions[key] = context.cookies()
         return page
 
     yield open_in
@@ -82,8 +95,7 @@ def figures(page) -> tuple[str, str]:
 
 
 def test_the_count_and_the_cost_follow_the_typing(app, laptop):
-    page = laptop("en-US")
-    log_in(page, app, "sam", PASSWORD)
+    page = laptop("en-US", app)
     page.goto(app.url + PAGE)
     count, cost = page.locator("#kk-guidance-count"), page.locator("#kk-guidance-cost")
     guidance = page.get_by_role("textbox", name="Guidance:")
@@ -120,8 +132,7 @@ def test_the_count_and_the_cost_follow_the_typing(app, laptop):
 
 
 def test_save_then_publish(app, laptop):
-    page = laptop("en-US")
-    log_in(page, app, "sam", PASSWORD)
+    page = laptop("en-US", app)
     page.goto(app.url + PAGE)
     page.locator("#id_guidance").fill("Ask for the order number before looking an order up.")
     page.locator("#id_name_en").fill("Ana")
@@ -149,11 +160,15 @@ def test_save_then_publish(app, laptop):
     expect(page.locator("#id_name_en")).to_have_value("Ana")
 
 
-@pytest.mark.parametrize(("locale", "lang"), [("en-US", "en"), ("pt-BR", "pt-br")])
-def test_the_page_passes_axe_and_fits_a_laptop(app, laptop, locale, lang):
+@pytest.fixture(scope="module")
+def versions(app) -> None:
+    """A published version and a draft over it, seeded once for the languages' tests."""
     manage_shell(app, VERSIONS)
-    page = laptop(locale)
-    log_in(page, app, "sam", PASSWORD)
+
+
+@pytest.mark.parametrize(("locale", "lang"), [("en-US", "en"), ("pt-BR", "pt-br")])
+def test_the_page_passes_axe_and_fits_a_laptop(app, versions, laptop, locale, lang):
+    page = laptop(locale, app)
     page.goto(app.url + PAGE)
     expect(page.locator("html")).to_have_attribute("lang", lang)
     expect(page.locator("#kk-changes table")).to_be_visible()

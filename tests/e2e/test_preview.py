@@ -29,7 +29,10 @@ LAPTOP = {"width": 1366, "height": 768}
 PREVIEW = "/admin/chat/assistantversion/preview/"
 STARTER = "How do I cancel my subscription?"
 USERS = {"sam": ("kookee-support", "Support"), "fran": ("kookee-finance", "Finance")}
+# `manage.py setup_roles` first, in the same process (a second one took two seconds).
 SEED = f"""
+from django.core.management import call_command
+call_command("setup_roles")
 from django.contrib.auth.models import Group, User
 from chat.assistant import versions
 for username, (password, role) in {USERS!r}.items():
@@ -65,7 +68,6 @@ def manage(app: App, *arguments: str) -> None:
 @pytest.fixture(scope="module")
 def app(scripted_app) -> App:
     """The app with the scripted model; the roles, a Support and a Finance user, Kiki live and Lulu drafted."""
-    manage(scripted_app, "setup_roles")
     manage(scripted_app, "shell", "-c", SEED)
     return scripted_app
 
