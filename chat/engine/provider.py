@@ -48,9 +48,14 @@ CONNECTION_LIMITS = httpx2.Limits(max_connections=2000, max_keepalive_connection
 # the prompt, the visitor's words.
 ERROR_CODE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
-# One client per event loop: its connection pool belongs to the loop that
-# opened it (daphne has one; each async test has its own).
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[tuple[Any, ...], openai.AsyncOpenAI]]
+# Clients per event loop: a connection pool belongs to the loop that opened
+# it (daphne has one; each async test has its own). Several pools, as each
+# request and each response's end walk every connection of their pool
+# (httpcore2): with a connection per streaming turn, one pool of 400 took 5%
+# of the process's CPU at 200 visitors (py-spy); split eight ways, each walk
+# is an eighth as long.
+POOLS = 8
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[tuple[Any, ...], list[openai.AsyncOpenAI]]]
 _clients = weakref.WeakKeyDictionary()
 
 
@@ -249,14 +254,15 @@ def _fingerprint(text: str) -> str:
 
 
 def _client() -> openai.AsyncOpenAI:
+    """The client for this task's requests: a turn's rounds share one, so
+    that the next round finds the connection the last one left."""
     loop = asyncio.get_running_loop()
     config = _config()
     cached = _clients.get(loop)
-    if cached is not None and cached[0] == config:
-        return cached[1]
-    client = _make_client()
-    _clients[loop] = (config, client)
-    return client
+    if cached is None or cached[0] != config:
+        cached = _clients[loop] = (config, [_make_client() for _ in range(1 if is_offline() else POOLS)])
+    clients = cached[1]
+    return clients[hash(asyncio.current_task()) % len(clients)] if len(clients) > 1 else clients[0]
 
 
 def _config() -> tuple[Any, ...]:
