@@ -97,6 +97,7 @@ bench: $(VENV)/installed $(VENV)/bench-installed chromium
 	$(PY) bench/relay_overhead.py
 	$(PY) bench/stop_latency.py
 	$(PY) bench/concurrency.py
+	$(PY) bench/per_character.py
 	$(PY) bench/floor.py
 	$(PY) bench/db_writes.py
 	$(PY) bench/soak.py --visitors 200 $$(pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && echo --postgres)

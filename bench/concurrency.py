@@ -172,14 +172,18 @@ def run(
     profile: str = "",
     label: str = "",
     pause_seconds: float = 0.0,
+    words: int = 0,
 ) -> list[dict]:
     rows = []
-    with tempfile.TemporaryDirectory() as tmp, provider(TTFT_MS, TOKENS_PER_SECOND) as (provider_url, _):
+    padding = ("--words", str(words)) if words else ()
+    with tempfile.TemporaryDirectory() as tmp, provider(TTFT_MS, TOKENS_PER_SECOND, *padding) as (provider_url, _):
         database_url = database if database != "sqlite" else f"sqlite:///{Path(tmp) / 'db.sqlite3'}"
         scripts = Path(tmp) / "scripts.json"
         env = server_env(database_url, provider_url, BENCH_RELAY_SCRIPTS=str(scripts), **(env_extra or {}))
         migrate(env)
-        with servers(env, 1) as (addresses, _):
+        # Recorded with no window: the bare relay passes each of the
+        # provider's chunks on as its own frame, as a bare proxy would.
+        with servers({**env, "KOOKEE_DELTA_WINDOW_MS": "0"}, 1) as (addresses, _):
             record_scripts(addresses[0], scripts)
         for visitors in levels:
             # A fresh server for each path, so that each one's memory is its own.
@@ -202,6 +206,7 @@ def run(
                     )
                     row["server"] = server
                     row["label"] = label or server
+                    row["words"] = words
                     rows.append(row)
                     print(_line(row), flush=True)
     return rows
@@ -592,6 +597,7 @@ def main() -> None:
     parser.add_argument("--name", default="")
     parser.add_argument("--profile", default="", help="py-spy the (first) server into PREFIX-*.raw")
     parser.add_argument("--stretch", action="store_true", help="only the suite's 1,000 visitors on two processes")
+    parser.add_argument("--words", type=int, default=0, help="pad every answer to at least this many words")
     args = parser.parse_args()
     if args.stretch:
         save("concurrency_stretch", stretch_runs(args.seconds))
@@ -609,6 +615,7 @@ def main() -> None:
         bare=args.bare,
         env_extra=dict(item.split("=", 1) for item in args.env),
         profile=args.profile,
+        words=args.words,
     )
     if args.name:
         save(args.name, rows)

@@ -2,7 +2,9 @@
 
 Each sample's stack is put in the first category whose function it passes
 through, in the order below: the database work of a turn runs on Channels'
-database thread, everything else on the event loop.
+database thread, everything else on the event loop. py-spy often shows a
+coroutine's stack from the coroutine down (without the event loop above
+it), so each category also names the functions such a stack starts from.
 """
 
 from __future__ import annotations
@@ -13,18 +15,47 @@ from pathlib import Path
 CATEGORIES = [
     ("database: start a turn (limits, insert, history)", ("start_turn",)),
     ("database: end a turn (generations, text, ledger)", ("finish_turn",)),
-    ("database: record a tool round", ("record_generation",)),
+    ("database: record a tool round", ("record_generation", "end_round")),
     ("database: checkpoints", ("checkpoint_turns",)),
     ("database: connect a socket", ("_identify",)),
     ("worker threads: database hand-offs and commits, the rest", ("Thread._bootstrap",)),
     ("provider: send the request (openai client)", ("open_stream",)),
-    ("provider: read the stream (httpx2, h11)", ("Stream._read",)),
-    ("provider: decode events (orjson)", ("Stream._decode",)),
+    (
+        "provider: read the stream (httpx2, h11)",
+        (
+            "Stream._read",
+            "_receive_event",
+            "_receive_response_body",
+            "ChunkedReader.__call__",
+            "aiter_raw",
+            "PoolByteStream.__aiter__",
+            "AsyncResponseStream.__aiter__",
+            "HTTP11ConnectionByteStream.__aiter__",
+            "_Stream.read",
+        ),
+    ),
+    ("provider: decode events (orjson)", ("Stream._decode", "EventParser.feed")),
     ("round loop: read chunks", ("RoundLoop._take_chunk",)),
-    ("frames to the visitor (Channels, daphne, autobahn)", ("send_json", "doWrite", "BareRelay.play")),
-    ("search", ("_search_help_center",)),
-    ("round loop, turn task: the rest", ("run_turn",)),
-    ("frames from the visitor, handshakes", ("doRead", "ChatConsumer.receive", "handle_reply")),
+    (
+        "frames to the visitor (Channels, daphne, autobahn)",
+        (
+            "send_json",
+            "doWrite",
+            "BareRelay.play",
+            "handle_reply",
+            "Registry.publish",
+            "Outbox.send",
+            "deliver_quietly",
+            "ChatConsumer.deliver",
+        ),
+    ),
+    ("round loop: gather deltas (the window)", ("Coalescer._run", "Coalescer.put")),
+    ("search", ("_search_help_center", "search_spending")),
+    (
+        "round loop, turn task: the rest",
+        ("run_turn", "RoundLoop.run", "RoundLoop._run", "RoundLoop._stream", "RoundLoop._read", "Stream.__anext__"),
+    ),
+    ("frames from the visitor, handshakes", ("doRead", "ChatConsumer.receive")),
     ("event loop: polling", ("select",)),
 ]
 

@@ -70,7 +70,7 @@ def _search_results() -> dict[str, Any]:
     return found
 
 
-async def _model_rounds(visitors: int, seconds: float) -> dict[str, Any]:
+async def _model_rounds(visitors: int, seconds: float, window: float = 0.0) -> dict[str, Any]:
     from chat.engine import prompt, provider
     from chat.engine.rounds import RoundLoop, Tool
     from chat.engine.tools import TOOLS
@@ -94,7 +94,7 @@ async def _model_rounds(visitors: int, seconds: float) -> dict[str, Any]:
         while True:
             sink = Discard()
             question = f"{QUESTIONS[(number + asked) % len(QUESTIONS)]} k{number}x{asked}"
-            loop = RoundLoop(provider.open_stream, tools, sink, 5)
+            loop = RoundLoop(provider.open_stream, tools, sink, 5, window=window)
             await loop.run(prompt.messages(system, [], question))
             asked += 1
             if counting:
@@ -136,8 +136,12 @@ def main() -> None:
     parser.add_argument("--visitors", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--words", type=int, default=0, help="pad every answer to at least this many words")
+    parser.add_argument("--window-ms", type=float, default=50, help="the deltas' window (KOOKEE_DELTA_WINDOW_MS)")
+    parser.add_argument("--rounds-only", action="store_true", help="skip the query embedding; save nothing")
     args = parser.parse_args()
-    with provider(TTFT_MS, TOKENS_PER_SECOND) as (url, _), tempfile.TemporaryDirectory() as folder:
+    padding = ("--words", str(args.words)) if args.words else ()
+    with provider(TTFT_MS, TOKENS_PER_SECOND, *padding) as (url, _), tempfile.TemporaryDirectory() as folder:
         os.environ.update(
             DATABASE_URL=f"sqlite:///{folder}/floor.sqlite3",  # the demo help center, for the real search's answers
             OPENAI_BASE_URL=f"{url}/v1",
@@ -149,8 +153,10 @@ def main() -> None:
         import django
 
         django.setup()
-        rounds = asyncio.run(_model_rounds(args.visitors, args.seconds))
+        rounds = asyncio.run(_model_rounds(args.visitors, args.seconds, args.window_ms / 1000))
     print(f"the model's two rounds, {args.visitors} visitors: {rounds}", flush=True)
+    if args.rounds_only:
+        return
     embedding = _query_embedding(args.queries)
     print(f"the query's embedding: {embedding}", flush=True)
     save("floor", {"model_rounds": rounds, "query_embedding": embedding})

@@ -24,6 +24,7 @@ SECTIONS = [
     "relay_overhead",
     "stop_latency",
     "concurrency",
+    "per_character",
     "floor",
     "db_writes",
     "soak",
@@ -148,6 +149,11 @@ def _headline() -> str:
                 total <= 20,
             )
         )
+    per_character = load("per_character")
+    if per_character:
+        import per_character as cost
+
+        rows += cost.goals(per_character)
     lines = ["## The targets", "", "| target | measured | |", "| --- | --- | --- |"]
     lines += [f"| {target} | {measured} | {'met' if met else '**missed**'} |" for target, measured, met in rows]
     return "\n".join(lines + _before_and_after(app, bare))
