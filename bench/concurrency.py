@@ -328,7 +328,7 @@ def section(sweep: list[dict[str, Any]], charts: Path) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from cpu_profile import categorize
+    from cpu_profile import categorize, table
 
     app = {r["visitors"]: r for r in sweep if r["path"] == "/ws/chat/"}
     bare = {r["visitors"]: r for r in sweep if r["path"] == "/ws/bare/"}
@@ -429,23 +429,13 @@ def section(sweep: list[dict[str, Any]], charts: Path) -> str:
     ]
     if profiles:
         shares = {name: dict(categorize(raw)) for name, raw in profiles}
-        kinds = sorted(
-            {kind for found in shares.values() for kind in found},
-            key=lambda k: -max(found.get(k, 0) for found in shares.values()),
-        )
         lines += [
             "**Where the app's CPU goes at 200 visitors** (py-spy, sampling the running server from outside;"
             " only the thread holding the interpreter's lock is sampled, so the shares are of the CPU the process"
             " spends in Python, not of threads waiting for it, nor of the query embeddings' C code, which runs"
             " without it):",
             "",
-            "| where | " + " | ".join(name for name, _ in profiles) + " |",
-            "| --- |" + " ---: |" * len(profiles),
-            *[
-                f"| {kind} | " + " | ".join(f"{shares[name].get(kind, 0):.1%}" for name, _ in profiles) + " |"
-                for kind in kinds
-                if max(found.get(kind, 0) for found in shares.values()) >= 0.005
-            ],
+            *table(profiles),
             "",
         ]
         first = shares[profiles[0][0]]

@@ -76,3 +76,22 @@ def categorize(raw: Path) -> list[tuple[str, float]]:
         else:
             counts["other (event loop, asyncio, Twisted)"] += samples
     return [(name, count / total) for name, count in counts.most_common()] if total else []
+
+
+def table(profiles: list[tuple[str, Path]]) -> list[str]:
+    """Markdown rows: each category's share in each named profile, largest
+    first; categories under half a percent everywhere left out."""
+    shares = {name: dict(categorize(raw)) for name, raw in profiles}
+    kinds = sorted(
+        {kind for found in shares.values() for kind in found},
+        key=lambda k: -max(found.get(k, 0) for found in shares.values()),
+    )
+    return [
+        "| where | " + " | ".join(name for name, _ in profiles) + " |",
+        "| --- |" + " ---: |" * len(profiles),
+        *[
+            f"| {kind} | " + " | ".join(f"{shares[name].get(kind, 0):.1%}" for name, _ in profiles) + " |"
+            for kind in kinds
+            if max(found.get(kind, 0) for found in shares.values()) >= 0.005
+        ],
+    ]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from concurrency import TTFT_MS, _reachable, run
-from cpu_profile import categorize
+from cpu_profile import table
 from harness import RESULTS, fresh_postgres, save
 
 LEVELS = [50, 200, 500]
@@ -146,22 +146,12 @@ def section(rows: list[dict[str, Any]], charts: Path) -> str:
         if (RESULTS / f"profile-per-char-{name.lower()}-200-ws-chat-raw").exists()
     ]
     if profiles:
-        shares = {name: dict(categorize(raw)) for name, raw in profiles}
-        kinds = sorted(
-            {k for found in shares.values() for k in found}, key=lambda k: -max(f.get(k, 0) for f in shares.values())
-        )
         lines += [
             "",
             "**Where the CPU goes at 200 visitors, long answers** (py-spy on the running server, the thread holding"
             " the interpreter's lock):",
             "",
-            "| where | " + " | ".join(name for name, _ in profiles) + " |",
-            "| --- |" + " ---: |" * len(profiles),
-            *[
-                f"| {kind} | " + " | ".join(f"{shares[name].get(kind, 0):.1%}" for name, _ in profiles) + " |"
-                for kind in kinds
-                if max(found.get(kind, 0) for found in shares.values()) >= 0.005
-            ],
+            *table(profiles),
         ]
     return "\n".join(lines) + "\n"
 
