@@ -55,6 +55,7 @@ DJANGO_FREE = (
     *("chat.vocabulary", "chat.text", "chat.sources", "chat.engine.rounds", "chat.engine.sse"),
     *("chat.engine.frames", "chat.engine.fastjson", "billing.tokens"),
     *("chat.engine.assembler", "chat.engine.usage", "chat.engine.provider_errors"),
+    *("chat.engine.coalescer", "chat.engine.deadline"),
     *("chat.actions.openapi", "chat.actions.request"),
 )
 
