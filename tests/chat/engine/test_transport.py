@@ -149,3 +149,16 @@ class socket_port:
 
     def __exit__(self, *exc) -> None:
         pass
+
+
+async def test_turns_are_spread_over_every_pool():
+    """Each request and response end walks its pool's connections: turns
+    must spread over all the pools, not crowd into a few."""
+
+    async def pool():
+        await asyncio.sleep(0.01)  # all alive at once, as concurrent turns are
+        return provider.pool_of(asyncio.current_task(), provider.POOLS)
+
+    pools = await asyncio.gather(*[asyncio.create_task(pool()) for _ in range(400)])
+    counts = [pools.count(n) for n in range(provider.POOLS)]
+    assert min(counts) >= 400 / provider.POOLS / 3, counts
