@@ -136,9 +136,11 @@ class Stream:
         # through one: once the answer has begun, reads are paced.
         self._network = transport.connection(response) if pace > 0 else None
         self._pace = pace
-        # Not encoded (as streams are): the body as it comes, without the
-        # decoding layer's work per chunk.
+        # Not encoded (as streams are): the body as it comes, straight from
+        # the connection when it is one of ours (transport.Body), without
+        # the layers httpx2 passes each chunk through.
         encoded = response.headers.get("content-encoding", "identity").lower() != "identity"
+        self._body = None if encoded else transport.body(response)
         self._bytes = response.aiter_bytes() if encoded else response.aiter_raw()
         self._events = sse.EventParser()
         self._deadline: float | None = first_chunk_deadline
@@ -158,7 +160,7 @@ class Stream:
                 # that the connection goes back to the pool for the next round
                 # instead of being closed; never after a Stop.
                 async with asyncio.timeout(DRAIN_SECONDS):
-                    async for _ in self._bytes:
+                    while await self._next_bytes():
                         pass
         except (TimeoutError, httpx2.HTTPError):
             pass
@@ -190,12 +192,17 @@ class Stream:
         first = self._deadline is not None
         timeout = self._timeout
         timeout.when = self._deadline or asyncio.get_running_loop().time() + settings.KOOKEE_PROVIDER_STALL_TIMEOUT
-        try:
-            with provider_errors.reading(first), timeout:
-                return await anext(self._bytes)
-        except StopAsyncIteration:
+        with provider_errors.reading(first), timeout:
+            data = await self._next_bytes()
+        if not data:
             self._done = True
-            return b""
+        return data
+
+    async def _next_bytes(self) -> bytes:
+        """The body's next bytes; b"" at its end."""
+        if self._body is not None:
+            return await self._body.read()
+        return await anext(self._bytes, b"")
 
     def _decode(self, data: bytes) -> list[Any]:
         """The chunks in these bytes. A fault among them is raised once the

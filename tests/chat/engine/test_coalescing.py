@@ -122,7 +122,9 @@ PIECES = ["Paste ", "the ", "widget ", "snippet ", "before ", "</body>", ".\n\n"
 
 
 @pytest.mark.parametrize("arrival", ["together", "apart", "pairs"])
-async def test_the_text_is_the_same_however_it_arrives(provider, open_stream, arrival):
+async def test_the_text_is_the_same_however_it_arrives(provider, open_stream, arrival, settings):
+    # Unpaced reads: with the window, chunks 20 ms apart are read together.
+    settings.KOOKEE_DELTA_WINDOW_MS = 0
     chunks = [text(piece) for piece in PIECES]
     if arrival == "together":
         steps = [together(*chunks)]
@@ -235,7 +237,8 @@ async def test_chunks_streamed_within_the_window_go_as_fewer_deltas(provider, op
     assert 2 <= len(sink.deltas) <= 8, sink.deltas
 
 
-async def test_without_a_window_every_read_is_a_delta(provider, open_stream):
+async def test_without_a_window_every_read_is_a_delta(provider, open_stream, settings):
+    settings.KOOKEE_DELTA_WINDOW_MS = 0  # nor are the provider's reads paced
     provider.queue([ROLE, *[step for w in ("a ", "b ", "c") for step in (text(w), Pause(0.02))], finish("stop"), DONE])
     sink = Events()
     outcome = await windowed(open_stream, sink, 0).run(MESSAGES)

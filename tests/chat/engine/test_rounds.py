@@ -18,6 +18,7 @@ from tests.chat.chat_client import ChatClient
 from tests.provider import (
     CHUNK_BASE,
     DONE,
+    Pause,
     WaitFor,
     _usage,
     answer,
@@ -119,7 +120,9 @@ def kept_streams(open_stream):
 
 
 async def test_plain_answer_is_one_generation(provider, open_stream):
-    provider.queue(answer("Hello there, how can I help?", 120, 9))
+    steps = answer("Hello there, how can I help?", 120, 9)
+    steps.insert(2, Pause(0.02))  # the rest comes after the first piece was read
+    provider.queue(steps)
     outcome, loop, sink, _ = await run(open_stream)
     assert outcome.status == "completed"
     assert sink.text == "Hello there, how can I help?"

@@ -3,6 +3,7 @@ real sockets: plain and TLS, timeouts, refused connections, and pooled
 connections the server has closed."""
 
 import asyncio
+import contextlib
 import ssl
 
 import httpx2
@@ -162,3 +163,152 @@ async def test_turns_are_spread_over_every_pool():
     pools = await asyncio.gather(*[asyncio.create_task(pool()) for _ in range(400)])
     counts = [pools.count(n) for n in range(provider.POOLS)]
     assert min(counts) >= 400 / provider.POOLS / 3, counts
+
+
+# --- the body read straight through h11 (transport.Body) ------------------------------------
+
+CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def chunked(*parts: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in parts)
+
+
+class BodyServer:
+    """Answers each request on a connection with the next script: a list of
+    writes (bytes) and pauses (floats); closes the connection after the last
+    script, or after a script marked `close`."""
+
+    def __init__(self, *scripts: list) -> None:
+        self.scripts = list(scripts)
+        self.connections = 0
+        self.hung_up = asyncio.Event()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/chat/completions"
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.scripts:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")),
+                    0,
+                )
+                await reader.readexactly(length)
+                script = self.scripts.pop(0)
+                for step in script:
+                    if step == "close":
+                        return
+                    if isinstance(step, float):
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(step):  # a pause, unless the client hangs up
+                                if not await reader.read(1):
+                                    return
+                    else:
+                        writer.write(step)
+                        await writer.drain()
+            await reader.read()  # the client hangs up
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.hung_up.set()
+            writer.close()
+
+    async def stop(self) -> None:
+        self.server.close()
+
+
+async def read_all(body: transport.Body) -> list[bytes]:
+    reads = []
+    while data := await body.read():
+        reads.append(data)
+    return reads
+
+
+async def test_a_chunked_body_is_read_whole_and_its_connection_reused():
+    parts = [b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"]
+    script = [CHUNKED, chunked(parts[0]), 0.05, chunked(*parts[1:]) + b"0\r\n\r\n"]
+    server = BodyServer(script, script)
+    url = await server.start()
+    async with client() as http:
+        for _ in range(2):
+            async with http.stream("POST", url, json={}) as response:
+                body = transport.body(response)
+                assert body is not None
+                reads = await read_all(body)
+                # What arrived together is one read, whatever its HTTP chunks.
+                assert reads == [parts[0], parts[1] + parts[2]]
+                assert await body.read() == b""
+    await server.stop()
+    assert server.connections == 1
+
+
+async def test_a_body_with_a_length_and_one_to_the_connections_end():
+    sized = b"data: 1\n\ndata: [DONE]\n\n"
+    server = BodyServer(
+        [b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % len(sized), sized[:9], 0.05, sized[9:]],
+        [b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n", b"data: 2\n\n", 0.05, b"data: [DONE]\n\n", "close"],
+    )
+    url = await server.start()
+    async with client() as http:
+        async with http.stream("POST", url, json={}) as response:
+            assert b"".join(await read_all(transport.body(response))) == sized
+        async with http.stream("POST", url, json={}) as response:
+            assert b"".join(await read_all(transport.body(response))) == b"data: 2\n\ndata: [DONE]\n\n"
+    await server.stop()
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        pytest.param([chunked(b"data: 1\n\n"), "close"], id="cut-short"),
+        pytest.param([b"zz\r\ndata\r\n"], id="malformed-chunk"),
+    ],
+)
+async def test_a_broken_body_is_httpx2s_protocol_error(ending):
+    server = BodyServer([CHUNKED, *ending])
+    url = await server.start()
+    async with client() as http:
+        async with http.stream("POST", url, json={}) as response:
+            body = transport.body(response)
+            with pytest.raises(httpx2.RemoteProtocolError):
+                await read_all(body)
+    await server.stop()
+
+
+async def test_a_body_closed_before_its_end_closes_its_connection():
+    server = BodyServer([CHUNKED, chunked(b"data: 1\n\n"), 5.0, b"0\r\n\r\n"], [CHUNKED, b"0\r\n\r\n"])
+    url = await server.start()
+    async with client() as http:
+        async with http.stream("POST", url, json={}) as response:
+            assert await transport.body(response).read() == b"data: 1\n\n"
+        # Not reused half read: the server sees the hang-up.
+        async with asyncio.timeout(2):
+            await server.hung_up.wait()
+    await server.stop()
+
+
+async def test_a_body_read_through_httpx2_first_is_not_taken_over():
+    server = BodyServer([CHUNKED, chunked(b"data: 1\n\n"), b"0\r\n\r\n"])
+    url = await server.start()
+    async with client() as http:
+        async with http.stream("POST", url, json={}) as response:
+            assert transport.body(response) is not None
+            await response.aread()
+            assert transport.body(response) is None
+    await server.stop()
+
+
+async def test_the_apps_streams_read_their_body_straight(open_stream, provider):
+    """The app's reader takes the body over from httpx2 (provider.Stream):
+    if httpx2's or httpcore2's internals move, this says so."""
+    from tests.provider import answer
+
+    provider.queue(answer("Hello."))
+    async with await open_stream(messages=[{"role": "user", "content": "Hi"}], tools=None, tool_choice="auto") as stream:
+        assert isinstance(stream._body, transport.Body)
+        chunks = [chunk async for batch in stream for chunk in batch]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "Hello."
