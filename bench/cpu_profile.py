@@ -32,6 +32,7 @@ CATEGORIES = [
             "AsyncResponseStream.__aiter__",
             "HTTP11ConnectionByteStream.__aiter__",
             "_Stream.read",
+            "Body.read",
         ),
     ),
     ("provider: decode events (orjson)", ("Stream._decode", "EventParser.feed")),

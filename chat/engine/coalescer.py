@@ -8,6 +8,11 @@ window, the same text costs a half or a third as many, and reads the same.
 The first text goes at once (and so does text after a pause longer than the
 window): only what arrives while a window runs waits, at most until the
 window ends. Nothing of Django here; the round loop owns one per turn.
+
+A provider's stream read through our own connections is paced to the same
+window instead (provider.Stream.paced): each read is then a window's text,
+and goes out as it is read. The coalescer gathers what is read as it comes
+(the offline model's stream).
 """
 
 from __future__ import annotations

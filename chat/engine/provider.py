@@ -150,6 +150,12 @@ class Stream:
         # A fault that came in the same read as good chunks: raised after them.
         self._fault: StreamError | None = None
 
+    @property
+    def paced(self) -> bool:
+        """Whether, once the answer has begun, the connection is read at most
+        once per window: each step then brings a window's text."""
+        return self._network is not None
+
     async def __aenter__(self) -> Stream:
         return self
 

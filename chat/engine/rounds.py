@@ -175,8 +175,10 @@ class RoundLoop:
         self.rounds: list[Round] = []
         self.text = ""  # everything sent to the visitor
         self._held = ""  # whitespace received after it, not sent yet
-        # Deltas gathered for `window` seconds go as one (coalescer.py).
+        # Deltas gathered for `window` seconds go as one (coalescer.py),
+        # unless the stream's reads are paced to the window already.
         self._coalescer = Coalescer(self._deliver, window) if window > 0 else None
+        self._paced = False
 
     async def run(self, messages: list[dict[str, Any]]) -> Outcome:
         try:
@@ -251,6 +253,10 @@ class RoundLoop:
             fault = provider_errors.fault(exc)
             rnd.refused = not fault.billable
             return _failure(fault)
+        # A stream read at most once per window (provider.Stream.paced)
+        # brings a window's text per read: it goes out at once, without the
+        # coalescer's task and timer.
+        self._paced = getattr(stream, "paced", False) is True
         # `async with` closes the provider's response on every exit,
         # cancellation included; leaving the loop alone does not.
         async with stream:
@@ -332,7 +338,7 @@ class RoundLoop:
         await self._drain()
 
     async def _send(self, text: str) -> None:
-        if self._coalescer is None:
+        if self._coalescer is None or self._paced:
             await self._deliver(text)
         else:
             self._coalescer.put(text)

@@ -223,6 +223,14 @@ def windowed(open_stream, sink, window, tools=()):
     return RoundLoop(open_stream, list(tools), sink, 5, window=window)
 
 
+@pytest.fixture
+def unpaced(settings):
+    """The provider's reads not paced (the window setting is what paces
+    them): the loop's coalescer gathers, as for the offline model's stream."""
+    settings.KOOKEE_DELTA_WINDOW_MS = 0
+
+
+@pytest.mark.usefixtures("unpaced")
 async def test_chunks_streamed_within_the_window_go_as_fewer_deltas(provider, open_stream):
     words = [f"w{i} " for i in range(20)]
     provider.queue([ROLE, *[step for w in words for step in (text(w), Pause(0.01))], text("end"), finish("stop"), DONE])
@@ -246,6 +254,7 @@ async def test_without_a_window_every_read_is_a_delta(provider, open_stream, set
     assert sink.deltas == ["a", " b", " c"]
 
 
+@pytest.mark.usefixtures("unpaced")
 async def test_the_window_never_holds_back_the_first_delta(provider, open_stream):
     release = asyncio.Event()
     provider.queue([ROLE, text("First"), WaitFor(release), text(" second"), finish("stop"), DONE])
@@ -263,6 +272,7 @@ async def test_the_window_never_holds_back_the_first_delta(provider, open_stream
     assert sink.deltas == ["First", " second"]
 
 
+@pytest.mark.usefixtures("unpaced")
 async def test_text_after_a_quiet_spell_goes_at_once(provider, open_stream):
     release = asyncio.Event()
     provider.queue([ROLE, text("One."), Pause(0.3), text(" Two."), WaitFor(release), finish("stop"), DONE])
@@ -279,6 +289,7 @@ async def test_text_after_a_quiet_spell_goes_at_once(provider, open_stream):
     assert (await asyncio.wait_for(task, 5)).status == "completed"
 
 
+@pytest.mark.usefixtures("unpaced")
 async def test_gathered_text_goes_before_the_tool_frame(provider, open_stream):
     provider.queue(
         [
@@ -303,6 +314,7 @@ async def test_gathered_text_goes_before_the_tool_frame(provider, open_stream):
     assert sink.text == loop.text == "Let me check.\n\nFound it."
 
 
+@pytest.mark.usefixtures("unpaced")
 async def test_a_stop_drops_what_the_window_gathered_and_nothing_seen(provider, open_stream):
     provider.queue([ROLE, text("Seen"), Pause(0.05), text(" gathered"), WaitFor(asyncio.Event())])
     sink = Events()
@@ -322,6 +334,7 @@ async def test_a_stop_drops_what_the_window_gathered_and_nothing_seen(provider, 
     assert sink.deltas == ["Seen"], "nothing went out after the Stop"
 
 
+@pytest.mark.usefixtures("unpaced")
 async def test_a_send_that_fails_ends_the_loop_and_is_not_counted_as_seen(provider, open_stream):
     provider.queue([ROLE, text("One"), Pause(0.05), text(" two"), Pause(0.05), text(" three"), finish("stop"), DONE])
     sink = Events(fail_after=1)
@@ -366,3 +379,42 @@ async def test_once_the_answer_has_begun_the_provider_is_read_once_per_window(
     # The response's head and body: one read per chunk without a window;
     # with one, the chunks of ~0.2 s come in a few reads.
     assert fewest <= len([r for r in reads if r]) <= most, len(reads)
+    # At most one delta per read (and the trailing whitespace held back to
+    # the end): what a read brought goes out whole.
+    assert len(sink.deltas) <= len([r for r in reads if r]) + 1, (sink.deltas, len(reads))
+
+
+async def test_a_paced_streams_reads_go_out_as_they_are_read(provider, open_stream, settings):
+    """Read once per window, each read is a window's text: it goes out at
+    once, not after the round loop's own window (here far longer)."""
+    settings.KOOKEE_DELTA_WINDOW_MS = 50
+    release = asyncio.Event()
+    provider.queue([ROLE, text("One"), Pause(0.1), text(" two"), text(" three"), WaitFor(release), finish("stop"), DONE])
+    sink = Events()
+    task = asyncio.create_task(windowed(open_stream, sink, 30).run(MESSAGES))
+    try:
+        async with asyncio.timeout(2):
+            while sink.text != "One two three":  # noqa: ASYNC110 - polls what the loop owns
+                await asyncio.sleep(0.01)
+        assert sink.deltas == ["One", " two three"]
+    finally:
+        release.set()
+    assert (await asyncio.wait_for(task, 5)).status == "completed"
+
+
+async def test_a_stop_between_paced_reads_ends_at_once_and_keeps_what_was_seen(provider, open_stream, settings):
+    settings.KOOKEE_DELTA_WINDOW_MS = 10_000  # the next read would wait ten seconds
+    provider.queue([ROLE, text("Seen"), Pause(0.05), text(" unread"), WaitFor(asyncio.Event())])
+    sink = Events()
+    loop = windowed(open_stream, sink, 10)
+    task = asyncio.create_task(loop.run(MESSAGES))
+    async with asyncio.timeout(2):
+        await sink.got_text.wait()
+    await asyncio.sleep(0.1)  # " unread" has arrived, and waits for the window
+    stopped_at = asyncio.get_running_loop().time()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert asyncio.get_running_loop().time() - stopped_at < 1
+    assert sink.deltas == ["Seen"]
+    assert loop.text == loop.rounds[0].content == "Seen"
