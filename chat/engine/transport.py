@@ -248,15 +248,18 @@ def body(response: httpx2.Response) -> Body | None:
     httpx2 offers no way to it: the path through its and httpcore2's
     objects is checked at each step, and the versions are pinned."""
     network = connection(response)
+    if network is None:
+        return None
     stream: Any = response.stream
     for name in ("_stream", "_httpcore_stream", "_stream", "_connection"):
         stream = getattr(stream, name, None)
     state = getattr(stream, "_h11_state", None)
-    if network is None or getattr(stream, "_network_stream", None) is not network:
+    read_from = getattr(stream, "_network_stream", None)
+    if not isinstance(read_from, _Stream) or read_from is not network:
         return None
     if not isinstance(state, h11.Connection) or state.their_state is not h11.SEND_BODY:
         return None
-    return Body(state, network, response.request.extensions.get("timeout", {}).get("read"))
+    return Body(state, read_from, response.request.extensions.get("timeout", {}).get("read"))
 
 
 def install(client: httpx2.AsyncClient) -> None:

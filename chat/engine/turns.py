@@ -152,19 +152,17 @@ async def start(
     if the_hub.closing:
         raise ShuttingDown
     owner = await the_hub.start()
-    # The offline model calls no actions: offering them would only lengthen its prompt.
-    offers = [] if provider.is_offline() else await db_lane.run(db_lane.URGENT, catalog.offered, visitor.person)
     # Ahead of other turns' bookkeeping: the first character waits for it.
-    started = await db_lane.run(
+    offers, started = await db_lane.run(
         db_lane.URGENT,
-        records.start_turn,
+        _offer_and_start,
         visitor,
         conversation_id,
         text,
         provider.model_name(),
         owner,
         replacing,
-        TOOL_CHARS + tools.action_chars(offers),
+        provider.is_offline(),
     )
     if isinstance(started, to_person.ToPerson):
         await to_person.deliver(started)
@@ -181,6 +179,23 @@ async def start(
         # The shutdown began while the turn was being stored: it missed it.
         broadcast.stop(StopReason.SHUTDOWN)
     return started.conversation_id
+
+
+def _offer_and_start(
+    visitor: Visitor,
+    conversation_id: int | None,
+    text: str,
+    model: str,
+    owner: str,
+    replacing: int | None,
+    offline: bool,
+) -> tuple[list[Offer], records.Started | to_person.ToPerson]:
+    """The actions the turn offers, then the turn stored (records.start_turn),
+    in one hand-off to the database thread. The offline model calls no
+    actions: offering them would only lengthen its prompt."""
+    offers = [] if offline else catalog.offered(visitor.person)
+    tool_chars = TOOL_CHARS + tools.action_chars(offers)
+    return offers, records.start_turn(visitor, conversation_id, text, model, owner, replacing, tool_chars)
 
 
 async def run_turn(

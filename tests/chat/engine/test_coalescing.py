@@ -389,7 +389,9 @@ async def test_a_paced_streams_reads_go_out_as_they_are_read(provider, open_stre
     once, not after the round loop's own window (here far longer)."""
     settings.KOOKEE_DELTA_WINDOW_MS = 50
     release = asyncio.Event()
-    provider.queue([ROLE, text("One"), Pause(0.1), text(" two"), text(" three"), WaitFor(release), finish("stop"), DONE])
+    provider.queue(
+        [ROLE, text("One"), Pause(0.1), text(" two"), text(" three"), WaitFor(release), finish("stop"), DONE]
+    )
     sink = Events()
     task = asyncio.create_task(windowed(open_stream, sink, 30).run(MESSAGES))
     try:

@@ -194,7 +194,11 @@ class BodyServer:
             while self.scripts:
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = next(
-                    (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")),
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
                     0,
                 )
                 await reader.readexactly(length)
@@ -308,7 +312,9 @@ async def test_the_apps_streams_read_their_body_straight(open_stream, provider):
     from tests.provider import answer
 
     provider.queue(answer("Hello."))
-    async with await open_stream(messages=[{"role": "user", "content": "Hi"}], tools=None, tool_choice="auto") as stream:
+    async with await open_stream(
+        messages=[{"role": "user", "content": "Hi"}], tools=None, tool_choice="auto"
+    ) as stream:
         assert isinstance(stream._body, transport.Body)
         chunks = [chunk async for batch in stream for chunk in batch]
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "Hello."
