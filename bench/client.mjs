@@ -29,6 +29,12 @@ const results = {
   afterTool: [],
   chars: 0,
   frames: 0,
+  // Every character that arrived inside the window, whenever its turn began:
+  // the server's CPU in the window is spent on exactly these (turns of a
+  // few seconds straddle the window's edges; counting by when a turn began
+  // would add or miss a few seconds of streaming at each edge).
+  windowChars: 0,
+  windowFrames: 0,
   errors: {},
   stops: [],
   openSockets: 0,
@@ -138,10 +144,13 @@ async function visitor(number) {
         refusals = 0;
         const frame = item.frame;
         frames++;
+        const inWindow = item.arrived >= windowStart && item.arrived < windowEnd;
+        if (inWindow) results.windowFrames++;
         if (frame.type === "error") throw new Error(`error frame ${frame.code}`);
         if (frame.type === "delta") {
           deltas++;
           chars += frame.text.length;
+          if (inWindow) results.windowChars += frame.text.length;
           if (first === null) first = item.arrived - sentAt;
           else if (last !== null) gaps.push(item.arrived - last);
           if (toolEnded !== null) afterTool.push(item.arrived - toolEnded);

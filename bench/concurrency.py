@@ -112,6 +112,7 @@ def measure(
     elapsed = readings["end"][0] - readings["start"][0]
     server_cpu = readings["end"][1] - readings["start"][1]
     first = result["firstDelta"]
+    per_char = server_cpu / result["windowChars"] if result["windowChars"] else None
     return {
         "path": path,
         "visitors": visitors,
@@ -133,8 +134,10 @@ def measure(
         "server_cpu_percent": round(100 * server_cpu / elapsed, 1),
         "chars": result["chars"],
         "frames": result["frames"],
-        "cpu_us_per_char": round(1e6 * server_cpu / result["chars"], 2) if result["chars"] else None,
-        "cpu_ms_per_turn": round(1e3 * server_cpu / result["turns"], 2) if result["turns"] else None,
+        # The CPU of the window over the characters that arrived in it; a
+        # turn's share is that, times the characters of a turn counted.
+        "cpu_us_per_char": round(1e6 * per_char, 2) if per_char else None,
+        "cpu_ms_per_turn": round(1e3 * per_char * result["chars"] / result["turns"], 2) if result["turns"] else None,
         "client_cpu_percent": round(100 * result["clientCpuSeconds"] / elapsed, 1),
         "rss_mb": round(readings["rss"], 1),
         "kb_per_connection": round(1024 * (readings["rss"] - idle_rss) / visitors, 1),
