@@ -7,7 +7,8 @@ that is most of the cost of a token. This network backend reads with an
 asyncio protocol instead, which buffers whatever arrived and wakes the
 reader once; HTTP itself (h11, pooling, TLS through `loop.start_tls`,
 timeouts, errors) stays httpcore2's. Measured in bench/: about half the CPU
-per streamed chunk.
+per streamed chunk. A streamed body is then read through h11 directly
+(`Body`), every chunk that arrived in one read at once.
 
 httpx2 offers no argument for a network backend, so `install` sets the
 connection pool's; the versions are pinned and a test checks it is used.

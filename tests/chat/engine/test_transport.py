@@ -15,6 +15,13 @@ from tests.certificates import self_signed
 BODY = b"data: {}\n\ndata: [DONE]\n\n"
 
 
+async def read_request(reader: asyncio.StreamReader) -> None:
+    """Reads one request, its head and its body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    sized = [line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")]
+    await reader.readexactly(int(sized[0].split(b":")[1]) if sized else 0)
+
+
 class Server:
     """An HTTP/1.1 server answering every request with BODY; it can close
     each connection after its answer, or never answer."""
@@ -32,16 +39,7 @@ class Server:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
-                    0,
-                )
-                await reader.readexactly(length)
+                await read_request(reader)
                 if self.silent:
                     await asyncio.sleep(10)
                     return
@@ -192,16 +190,7 @@ class BodyServer:
         self.connections += 1
         try:
             while self.scripts:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
-                    0,
-                )
-                await reader.readexactly(length)
+                await read_request(reader)
                 script = self.scripts.pop(0)
                 for step in script:
                     if step == "close":
