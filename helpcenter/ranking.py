@@ -184,7 +184,11 @@ class Index:
         return [
             Hit(documents[n], relevance, coverage, strength)
             for n, relevance, coverage, strength in zip(
-                best.tolist(), (chosen / whole).tolist(), (held[best] / whole).tolist(), (chosen / unit).tolist()
+                best.tolist(),
+                (chosen / whole).tolist(),
+                (held[best] / whole).tolist(),
+                (chosen / unit).tolist(),
+                strict=True,
             )
         ]
 
