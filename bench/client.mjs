@@ -3,7 +3,9 @@
 //
 // Each visitor gets a session from GET /, opens the chat socket and asks
 // questions back to back. A fraction of turns is stopped after a few deltas.
-// Only turns that start inside the measuring window count. Run by
+// Only turns that start inside the measuring window count for the latencies
+// and the characters of a turn; windowChars counts every character that
+// arrives inside the window, for the CPU per character. Run by
 // bench/concurrency.py; reads its settings as JSON from argv[2]:
 //   {addresses: ["127.0.0.1:8000", ...], path: "/ws/chat/", visitors, questions,
 //    rampSeconds, warmupSeconds, seconds, stopFraction, forwardedFor}

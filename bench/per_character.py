@@ -118,7 +118,9 @@ def section(rows: list[dict[str, Any]], charts: Path) -> str:
         " process and run, sends the same visitors one frame per provider chunk of the same answers at the same"
         " pace, with no model, no search and no database: what a bare pass-through proxy costs. The app gathers"
         " the text that streams within `KOOKEE_DELTA_WINDOW_MS` (50 ms) of the last delta into one frame; the"
-        " first delta never waits. CPU per help question is the server's CPU divided by the questions answered.",
+        " first delta never waits. CPU per character is the server's CPU in the window divided by the characters"
+        " that arrived in it (whatever turn they belong to); CPU per help question is that times a question's"
+        " characters.",
         "",
         "| database | answers | window | visitors | first delta p50 / p99, app | bare relay | CPU per character, app |"
         " bare | ratio | CPU per help question, app | bare | frames per answer, app | bare | errors |",
