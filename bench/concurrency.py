@@ -170,6 +170,7 @@ def run(
     database: str,
     stop_fraction: float,
     bare: bool,
+    passing: bool = False,
     extra_args: tuple[str, ...] = (),
     env_extra: dict[str, str] | None = None,
     profile: str = "",
@@ -190,7 +191,8 @@ def run(
             record_scripts(addresses[0], scripts)
         for visitors in levels:
             # A fresh server for each path, so that each one's memory is its own.
-            for path in ["/ws/chat/", "/ws/bare/"] if bare else ["/ws/chat/"]:
+            paths = ["/ws/chat/"] + (["/ws/pass/"] if passing else []) + (["/ws/bare/"] if bare else [])
+            for path in paths:
                 with servers(env, processes, server, extra_args) as (addresses, procs):
                     row = measure(
                         addresses,
@@ -586,6 +588,9 @@ def main() -> None:
     parser.add_argument("--database", default="sqlite")
     parser.add_argument("--stop-fraction", type=float, default=0.0)
     parser.add_argument("--bare", action="store_true", help="also serve the same visitors from the bare relay")
+    parser.add_argument(
+        "--pass-through", action="store_true", help="also from the pass-through: the model's rounds, nothing else"
+    )
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
     parser.add_argument("--name", default="")
     parser.add_argument("--profile", default="", help="py-spy the (first) server into PREFIX-*.raw")
@@ -606,6 +611,7 @@ def main() -> None:
         database=args.database,
         stop_fraction=args.stop_fraction,
         bare=args.bare,
+        passing=args.pass_through,
         env_extra=dict(item.split("=", 1) for item in args.env),
         profile=args.profile,
         words=args.words,
