@@ -7,8 +7,11 @@ second, one daphne process; short answers (the offline model's, a sentence
 or two) and long ones (padded to 200 words). For each level, database and
 length: the first delta's p50 and p99, the server's CPU per answer character
 and per help question, errors; the app and the bare relay in the same run,
-each on a fresh server. At 200 visitors on long answers the server is
-profiled with py-spy (bench/cpu_profile.py).
+each on a fresh server. On long answers, the pass-through too (bench/relay.py:
+the model's rounds through the app's own round loop and provider, each delta
+straight to the socket, nothing stored, billed or searched), which measures
+what the goal leaves for the app's own work. At 200 visitors on long answers
+the server is profiled with py-spy (bench/cpu_profile.py).
 
     .venv/bin/python bench/per_character.py [--seconds 20] [--levels 50 200 500] [--sqlite-only]
 """
@@ -45,6 +48,7 @@ def suite(seconds: float, levels: list[int], postgres: bool) -> list[dict[str, A
     wider = _options(seconds, LONG_WORDS, "sqlite", "SQLite")
     wider["env_extra"] = {"KOOKEE_DELTA_WINDOW_MS": str(2 * DEFAULT_WINDOW_MS)}
     wider["profile"] = ""
+    wider["passing"] = False
     for row in run([GOAL_VISITORS], **wider):
         row["database"], row["window_ms"] = "SQLite", 2 * DEFAULT_WINDOW_MS
         rows.append(row)
@@ -61,6 +65,7 @@ def _options(seconds: float, words: int, database: str, name: str) -> dict[str, 
         "database": database,
         "stop_fraction": 0.0,
         "bare": True,
+        "passing": bool(words),
         "profile": str(RESULTS / profile) if profile else "",
         "label": name,
         "words": words,
@@ -73,14 +78,19 @@ def _rows(rows: list[dict[str, Any]], database: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return r["database"], r["words"], r["visitors"], r.get("window_ms", DEFAULT_WINDOW_MS)
+
+
 def pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(app, bare relay) measured in the same run: same database, length, level."""
+    bare = {_key(r): r for r in rows if r["path"] == "/ws/bare/"}
+    return [(r, bare[_key(r)]) for r in rows if r["path"] == "/ws/chat/" and _key(r) in bare]
 
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        return r["database"], r["words"], r["visitors"], r.get("window_ms", DEFAULT_WINDOW_MS)
 
-    bare = {key(r): r for r in rows if r["path"] == "/ws/bare/"}
-    return [(r, bare[key(r)]) for r in rows if r["path"] == "/ws/chat/" and key(r) in bare]
+def passes(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The pass-through's rows, by the key of the app's row in the same run."""
+    return {_key(r): r for r in rows if r["path"] == "/ws/pass/"}
 
 
 def goals(rows: list[dict[str, Any]]) -> list[tuple[str, str, bool]]:
@@ -140,6 +150,7 @@ def section(rows: list[dict[str, Any]], charts: Path) -> str:
             f" {app['errors'] + bare['errors']} |"
         )
     lines += _split(rows)
+    lines += _budget(rows)
     lines += ["", "| goal | measured | |", "| --- | --- | --- |"]
     lines += [f"| {goal} | {measured} | {'met' if met else '**missed**'} |" for goal, measured, met in goals(rows)]
     profiles = [
@@ -156,6 +167,44 @@ def section(rows: list[dict[str, Any]], charts: Path) -> str:
             *table(profiles),
         ]
     return "\n".join(lines) + "\n"
+
+
+def _budget(rows: list[dict[str, Any]]) -> list[str]:
+    """The pass-through beside the app and the bare relay (long answers):
+    what the goal of GOAL_RATIO x the bare relay leaves for the app's own
+    work (storing, limits, billing, search, the hub), and what that work
+    costs (the app's question less the pass-through's)."""
+    through = passes(rows)
+    lines = []
+    for app, bare in sorted(pairs(rows), key=lambda p: (p[0]["database"] != "SQLite", p[0]["visitors"])):
+        passed = through.get(_key(app))
+        if passed is None or not passed.get("cpu_us_per_char"):
+            continue
+        per_char = passed["cpu_us_per_char"] / bare["cpu_us_per_char"]
+        left = GOAL_RATIO * bare["cpu_ms_per_turn"] - passed["cpu_ms_per_turn"]
+        lines.append(
+            f"| {app['database']} | {app['visitors']} | {passed['cpu_us_per_char']:.1f} us | {per_char:.2f}x |"
+            f" {passed['cpu_ms_per_turn']:.1f} ms | {passed['server_cpu_percent']:.0f}% |"
+            f" {passed['first_delta_p99_ms']:.0f} ms | {left:.1f} ms |"
+            f" {app['cpu_ms_per_turn'] - passed['cpu_ms_per_turn']:.1f} ms | {app['server_cpu_percent']:.0f}% |"
+        )
+    if not lines:
+        return []
+    return [
+        "",
+        "**The pass-through** (long answers; bench/relay.py), in the same process and run: the model's two rounds"
+        " through the app's own round loop and provider (the official client, reads paced to the window), each"
+        " delta straight to the socket as the app frames it; nothing stored, limited, billed or searched (the"
+        " search round is answered from memory with what the real search answered). What the goal of"
+        f" {GOAL_RATIO:.0f}x the bare relay leaves for the app's own work is {GOAL_RATIO:.0f}x the bare relay's"
+        " question less the pass-through's; what that work costs is the app's question less the pass-through's.",
+        "",
+        "| database | visitors | pass-through, CPU per character | times the bare relay | CPU per question |"
+        " server CPU | first delta p99 | the goal leaves for the app's own work | the app's own work costs |"
+        " server CPU, app |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *lines,
+    ]
 
 
 def _split(rows: list[dict[str, Any]]) -> list[str]:
