@@ -39,6 +39,7 @@ from django.conf import settings
 from chat.engine import fastjson, frames, prompt, provider
 from chat.engine.rounds import Round, RoundLoop, Tool
 from chat.engine.tools import TOOLS
+from helpcenter import search
 
 # Recorded before the benches start this server (bench/harness.py).
 _scripts = Path(os.environ.get("BENCH_RELAY_SCRIPTS", "/nonexistent"))
@@ -79,7 +80,7 @@ class PassThrough(AsyncWebsocketConsumer):
         turn_id = next(turn_ids)
         loop = RoundLoop(
             provider.open_stream,
-            await _tools(),
+            _tools(),
             _Frames(self, turn_id),
             settings.KOOKEE_MAX_ROUNDS,
             window=settings.KOOKEE_DELTA_WINDOW_MS / 1000,
@@ -128,7 +129,7 @@ async def _system() -> str:
     return _prompt[0]
 
 
-async def _tools() -> list[Tool]:
+def _tools() -> list[Tool]:
     """The app's tools, the search answered from memory: what the real search
     answered for the question (looked up once per question, before the
     measured window, as every visitor asks every question in turn)."""
@@ -136,8 +137,6 @@ async def _tools() -> list[Tool]:
     async def answer(query: str, language: str = "") -> object:
         query = MARKER.sub("", query)
         if query not in _answers:
-            from helpcenter import search
-
             _answers[query] = await asyncio.to_thread(search.search_sync, query)
         return _answers[query]
 
