@@ -12,8 +12,8 @@ the model's rounds through the app's own round loop and provider, each delta
 straight to the socket, nothing stored, billed or searched), which measures
 what the goal leaves for the app's own work. The app is then profiled with
 py-spy at 200 visitors on long answers (bench/cpu_profile.py), in a run of
-its own: py-spy reads the server from the same 2 cores, and a profiled run
-measured the bare relay at half as much CPU again as an unprofiled one.
+its own: py-spy shares the machine's cores with the server, the load client
+and the provider, and must not move the numbers the goals are judged on.
 
     .venv/bin/python bench/per_character.py [--seconds 20] [--levels 50 200 500] [--sqlite-only]
 """
