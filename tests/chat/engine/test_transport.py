@@ -97,6 +97,27 @@ async def test_a_stream_over_tls(tmp_path):
     await server.stop()
 
 
+async def test_the_provider_pools_share_one_tls_context_that_trusts_the_environment(tmp_path, settings, monkeypatch):
+    # Each context loads the CA bundle (about 30 ms on the event loop): one
+    # for all the pools, still trusting what SSL_CERT_FILE names.
+    cert, key = self_signed(tmp_path, "localhost")
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    server = Server()
+    port = await server.start(tls=served)
+    settings.OPENAI_BASE_URL = f"https://localhost:{port}/v1"
+    settings.OPENAI_API_KEY = "key"
+    http = provider._client()._client
+    _, clients = provider._clients[asyncio.get_running_loop()]
+    assert len(clients) == provider.POOLS
+    assert len({id(c._client._transport._pool._ssl_context) for c in clients}) == 1
+    response = await http.post(f"https://localhost:{port}/v1/chat/completions", json={})
+    assert response.content == BODY
+    assert response.extensions["network_stream"].get_extra_info("ssl_object") is not None
+    await server.stop()
+
+
 async def test_a_certificate_not_trusted_is_refused():
     server = Server()
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
