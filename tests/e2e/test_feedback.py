@@ -47,6 +47,7 @@ def test_an_answer_still_streaming_has_no_rating_buttons(scripted_app, provider,
     hold, release = provider.gate()
     provider.queue([text("Partly"), hold, text(" done."), finish(), DONE])
     page.goto(scripted_app.url)
+    expect(page.locator("#send")).to_be_enabled()  # connected: before that, Enter leaves the text in the box
     page.fill("#text", "Tell me")
     page.press("#text", "Enter")
     answer = page.locator(".message--assistant").last
