@@ -1,5 +1,6 @@
 """Concurrency: N visitors asking help questions back to back, served by the
-app and, in the same server process, by the bare relay (bench/relay.py).
+app and, in the same server process, by the bare relay and the pass-through
+(bench/relay.py).
 
 For each level: the first delta's p50 and p99, the server's CPU and its CPU
 per answer character, memory per connection, the load client's own CPU,
@@ -8,6 +9,7 @@ closed) for the turns the client stopped.
 
     .venv/bin/python bench/concurrency.py [visitors ...] [--seconds S] [--server daphne|uvicorn]
         [--processes P] [--database postgres] [--stop-fraction F] [--name NAME] [--bare]
+        [--pass-through] [--words W] [--profile PREFIX]
     .venv/bin/python bench/concurrency.py --stretch    # only 1,000 visitors on two processes
 """
 
